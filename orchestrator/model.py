@@ -1,0 +1,286 @@
+"""The domain model: plain, frozen, serialisable values that flow through the pipeline.
+
+Inventory (what the operator declared) and ClusterSnapshot (what was observed) are kept apart:
+the planner reads both and writes neither.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+
+class NodeRole(StrEnum):
+    """A head node runs the controller and is never power-managed."""
+
+    WORKER = "worker"
+    HEAD = "head"
+
+
+class ContainerClass(StrEnum):
+    """ClavisMO's classes: devils are memory-intensive and hurt neighbours sharing a cache."""
+
+    DEVIL = "devil"
+    TURTLE = "turtle"
+
+
+LOAD_POINTS = tuple(i / 10 for i in range(11))
+
+
+@dataclass(frozen=True)
+class PowerCurve:
+    """Watts at 0%, 10%, ..., 100% CPU load (SPECpower style); linear in between."""
+
+    watts: tuple[float, ...]
+
+    @classmethod
+    def linear(cls, idle_w: float, max_w: float) -> "PowerCurve":
+        return cls(tuple(idle_w + (max_w - idle_w) * p for p in LOAD_POINTS))
+
+    @property
+    def idle_w(self) -> float:
+        return self.watts[0]
+
+    @property
+    def max_w(self) -> float:
+        return self.watts[-1]
+
+    def at(self, util: float) -> float:
+        """Power at a utilisation in [0, 1] (clamped), interpolated between the 11 points."""
+        u = min(max(util, 0.0), 1.0) * 10
+        i = min(int(u), 9)
+        frac = u - i
+        return self.watts[i] + (self.watts[i + 1] - self.watts[i]) * frac
+
+    def peak_efficiency_util(self, lo: float = 0.1, hi: float = 1.0) -> float:
+        """The load in [lo, hi] with the most work per watt (util / power), on the 11 points."""
+        candidates = [p for p in LOAD_POINTS if lo - 1e-9 <= p <= hi + 1e-9] or [hi]
+        return max(candidates, key=lambda p: (p / self.at(p), p))
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    user: str = "root"
+    port: int = 22
+    identity_file: Path | None = None
+    known_hosts: Path | None = None
+
+
+@dataclass(frozen=True)
+class BmcConfig:
+    address: str
+    port: int = 623
+    username: str = "admin"
+    password_file: Path | None = None
+    cipher_suite: int = 17
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node as declared in the inventory."""
+
+    name: str
+    address: str
+    cpus: int
+    memory_mb: int
+    power: PowerCurve
+    role: NodeRole = NodeRole.WORKER
+    power_managed: bool = True
+    ssh: SshConfig | None = None
+    bmc: BmcConfig | None = None
+
+    @property
+    def can_power_off(self) -> bool:
+        return self.role is NodeRole.WORKER and self.power_managed
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    cap: float = 0.70
+    memory_cap: float = 0.95
+    epoch_seconds: int = 600
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cluster: ClusterConfig
+    nodes: tuple[NodeSpec, ...]
+    source: Path | None = None
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """Observed state of a node."""
+
+    name: str
+    powered: bool = True
+
+
+@dataclass(frozen=True)
+class Container:
+    """Observed container: `cpu` is cores in use, `node` where it runs now."""
+
+    name: str
+    node: str
+    cpu: float
+    memory_mb: float
+    image: str = ""
+    cls: ContainerClass = ContainerClass.TURTLE
+    group: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "node": self.node,
+            "cpu": self.cpu,
+            "memory_mb": self.memory_mb,
+            "image": self.image,
+            "class": self.cls.value,
+        }
+        if self.group is not None:
+            d["group"] = self.group
+        return d
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What the cluster looked like at one instant; the planner's only view of the world."""
+
+    nodes: tuple[NodeState, ...]
+    containers: tuple[Container, ...]
+    version: int = 0
+    taken_at: datetime = field(default_factory=_now)
+
+    def node_state(self, name: str) -> NodeState:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def powered(self) -> frozenset[str]:
+        return frozenset(n.name for n in self.nodes if n.powered)
+
+    def placement(self) -> dict[str, str]:
+        return {c.name: c.node for c in self.containers}
+
+    def container(self, name: str) -> Container:
+        for c in self.containers:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def with_changes(
+        self,
+        *,
+        moves: Mapping[str, str] | None = None,
+        power: Mapping[str, bool] | None = None,
+    ) -> "ClusterSnapshot":
+        """A new snapshot with containers moved and nodes switched; self is unchanged."""
+        moves = moves or {}
+        power = power or {}
+        nodes = tuple(replace(n, powered=power.get(n.name, n.powered)) for n in self.nodes)
+        containers = tuple(
+            replace(c, node=moves[c.name]) if c.name in moves else c for c in self.containers
+        )
+        return replace(self, nodes=nodes, containers=containers, version=self.version + 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "taken_at": self.taken_at.isoformat(),
+            "nodes": [{"name": n.name, "powered": n.powered} for n in self.nodes],
+            "containers": [c.to_json() for c in self.containers],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """Per-node totals of a placement."""
+
+    cpu: float = 0.0
+    memory_mb: float = 0.0
+    containers: int = 0
+
+
+def node_loads(
+    containers: Iterable[Container], placement: Mapping[str, str] | None = None
+) -> dict[str, NodeLoad]:
+    """Sum CPU and memory per node, optionally under a different placement."""
+    loads: dict[str, NodeLoad] = {}
+    for c in containers:
+        node = placement[c.name] if placement is not None else c.node
+        cur = loads.get(node, NodeLoad())
+        loads[node] = NodeLoad(cur.cpu + c.cpu, cur.memory_mb + c.memory_mb, cur.containers + 1)
+    return loads
+
+
+@dataclass(frozen=True)
+class ClusterMetrics:
+    """The before/after summary printed with a plan."""
+
+    nodes_on: int
+    power_w: float
+    max_cpu_util: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes_on": self.nodes_on,
+            "power_w": round(self.power_w, 3),
+            "max_cpu_util": round(self.max_cpu_util, 6),
+        }
+
+
+def cluster_metrics(inventory: Inventory, snapshot: ClusterSnapshot) -> ClusterMetrics:
+    """Nodes on, modelled power (each powered node's curve at its load) and busiest node's util."""
+    loads = node_loads(snapshot.containers)
+    powered = snapshot.powered()
+    power = 0.0
+    max_util = 0.0
+    for spec in inventory.nodes:
+        if spec.name not in powered:
+            continue
+        util = loads.get(spec.name, NodeLoad()).cpu / spec.cpus
+        power += spec.power.at(util)
+        max_util = max(max_util, util)
+    return ClusterMetrics(len(powered), power, max_util)
+
+
+__all__ = [
+    "BmcConfig",
+    "ClusterConfig",
+    "ClusterMetrics",
+    "ClusterSnapshot",
+    "Container",
+    "ContainerClass",
+    "Inventory",
+    "NodeLoad",
+    "NodeRole",
+    "NodeSpec",
+    "NodeState",
+    "PowerCurve",
+    "SshConfig",
+    "cluster_metrics",
+    "node_loads",
+]
