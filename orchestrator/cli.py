@@ -1,0 +1,269 @@
+"""The `peakpack` command line. Every failure an operator can cause ends in one line on stderr
+and exit status 2; `--json` output goes to stdout and nothing else does."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .config import demo_inventory, demo_snapshot, load_inventory, load_snapshot
+from .errors import PeakpackError
+from .model import ClusterSnapshot, Inventory
+from .plan import Plan
+
+app = typer.Typer(
+    help="Keep a cluster of Docker hosts packed at peak energy efficiency.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[
+    Optional[str],
+    typer.Option("--db", help="Store URL (sqlite:///FILE or postgresql://...); default: a SQLite "
+                 "file in the user's data dir, or $PEAKPACK_DB.", envvar="PEAKPACK_DB"),
+]
+InventoryOpt = Annotated[
+    Optional[Path],
+    typer.Option("--inventory", "-i", help="Inventory TOML; default: the embedded demo cluster."),
+]
+SnapshotOpt = Annotated[
+    Optional[Path],
+    typer.Option("--snapshot", "-s", help="Observed state as JSON; default: observe the nodes "
+                 "(or the embedded demo snapshot with the demo inventory)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+def load_inputs(
+    inventory_path: Path | None, snapshot_path: Path | None
+) -> tuple[Inventory, ClusterSnapshot]:
+    """Inventory and snapshot from files, the live nodes, or the embedded demo."""
+    if inventory_path is None:
+        if snapshot_path is not None:
+            raise PeakpackError("--snapshot: give --inventory too (the snapshot names its nodes)")
+        inventory = demo_inventory()
+        return inventory, demo_snapshot(inventory)
+    inventory = load_inventory(inventory_path)
+    if snapshot_path is not None:
+        return inventory, load_snapshot(snapshot_path, inventory)
+    from .observe import observe_cluster
+
+    return inventory, observe_cluster(inventory)
+
+
+def open_store(url: str | None) -> Any:
+    from db.store import Store
+
+    return Store.open(url)
+
+
+def print_plan(plan: Plan) -> None:
+    table = Table(title=f"Plan {plan.plan_id} ({plan.policy}, {'dry run' if plan.dry_run else 'live'})")
+    table.add_column("#", justify="right")
+    table.add_column("action")
+    table.add_column("what")
+    for i, a in enumerate(plan.actions, 1):
+        what = f"{a.container}: {a.source} -> {a.target}" if a.container else str(a.node)
+        table.add_row(str(i), a.kind.value, what)
+    if not plan.actions:
+        table.add_row("-", "none", "the current placement is already the best found")
+    out.print(table)
+    summary = Table(show_header=True)
+    summary.add_column("")
+    summary.add_column("nodes on", justify="right")
+    summary.add_column("power (W)", justify="right")
+    summary.add_column("busiest node", justify="right")
+    for label, m in (("before", plan.before), ("after", plan.after)):
+        summary.add_row(label, str(m.nodes_on), f"{m.power_w:.1f}", f"{m.max_cpu_util:.0%}")
+    out.print(summary)
+    s = plan.solver
+    out.print(
+        f"solver: {s.status} in {s.seconds:.2f}s, objective {s.objective:.1f} W, "
+        f"bound {s.bound:.1f} W"
+    )
+
+
+@app.command()
+def plan(
+    inventory: InventoryOpt = None,
+    snapshot: SnapshotOpt = None,
+    policy: Annotated[str, typer.Option(help="peakpack, noop, ffd, bestfit95, spread, dotproduct")] = "peakpack",
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver seconds.")] = 10.0,
+    json_out: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Compute a dry-run plan, store it and print it. Nothing on the nodes changes."""
+    from dataclasses import replace
+
+    from .planning import make_plan
+
+    inv, snap = load_inputs(inventory, snapshot)
+    result = make_plan(inv, snap, policy=policy, time_limit_s=time_limit)
+    with open_store(db) as store:
+        plan_id = store.save_plan(result, inventory=inv.cluster.name, snapshot=snap)
+    result = replace(result, plan_id=plan_id)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    else:
+        print_plan(result)
+
+
+class HistoryKind(StrEnum):
+    PLANS = "plans"
+    ACTIONS = "actions"
+    MIGRATIONS = "migrations"
+    POWER = "power"
+    ENERGY = "energy"
+
+
+class GroupBy(StrEnum):
+    NODE = "node"
+    CONTAINER = "container"
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=title)
+    if not rows:
+        out.print(f"{title}: nothing recorded in that period")
+        return
+    for key in rows[0]:
+        table.add_column(key)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    out.print(table)
+
+
+@app.command()
+def history(
+    kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
+    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
+    by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
+    json_out: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Show stored plans, actions, migrations, power events or energy."""
+    from db.store import parse_duration
+
+    window = parse_duration(since, flag="--since") if since else None
+    if by is not None and kind is not HistoryKind.ENERGY:
+        raise PeakpackError("--by: only `history energy` can be grouped by node or container")
+    with open_store(db) as store:
+        rows = history_rows(store, kind, window, by)
+    if json_out:
+        sys.stdout.write(json.dumps(rows) + "\n")
+    else:
+        print_rows(kind.value, rows)
+
+
+def history_rows(store: Any, kind: HistoryKind, window: Any, by: GroupBy | None) -> list[dict[str, Any]]:
+    from datetime import datetime, timezone
+
+    since = datetime.now(timezone.utc) - window if window is not None else None
+    if kind is HistoryKind.PLANS:
+        records = store.list_plans(since)
+    elif kind is HistoryKind.ACTIONS:
+        records = store.list_actions(since)
+    elif kind is HistoryKind.MIGRATIONS:
+        records = store.list_migrations(since)
+    elif kind is HistoryKind.POWER:
+        records = store.list_power_events(since)
+    else:
+        records = store.list_energy(since, by=by.value if by else None)
+    return [r.to_json() for r in records]
+
+
+@app.command()
+def serve(
+    inventory: InventoryOpt = None,
+    snapshot: SnapshotOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Store plans, execute nothing.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1)] = 10.0,
+    epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run the controller: one observe -> plan -> execute cycle per epoch until SIGTERM/SIGINT."""
+    from .controller import Controller, ControllerSettings
+
+    inv = load_inventory(inventory) if inventory else demo_inventory()
+    source = snapshot if snapshot is not None else None
+    if inventory is None and snapshot is None:
+        dry_run = True  # the embedded demo has no real nodes to act on
+    settings = ControllerSettings(
+        dry_run=dry_run,
+        policy=policy,
+        time_limit_s=time_limit,
+        epoch_seconds=epoch_seconds or inv.cluster.epoch_seconds,
+        snapshot_path=source,
+        demo=inventory is None,
+    )
+    with open_store(db) as store:
+        controller = Controller(inv, store, settings, console=err)
+        if once:
+            controller.run_epoch()
+        else:
+            controller.run_forever()
+
+
+def _register_optional() -> None:
+    """Sub-commands that live in their own modules (lab, migrate, simulate, ...)."""
+    import importlib
+
+    for module, attr, name in (
+        ("orchestrator.cli_lab", "app", "lab"),
+        ("orchestrator.cli_migrate", "migrate", None),
+        ("orchestrator.cli_migrate", "pin", None),
+        ("orchestrator.cli_simulate", "simulate", None),
+        ("orchestrator.cli_report", "report", None),
+    ):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        obj = getattr(mod, attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name=name)(obj)
+
+
+_register_optional()
+
+
+def main() -> None:
+    try:
+        code = app(standalone_mode=False)
+    except PeakpackError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        raise SystemExit(130)
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code)
+    except Exception as exc:  # click usage errors come through here with standalone_mode off
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(2)
+        raise
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+"""Loading and validating inventories (TOML) and snapshots (JSON).
+
+pydantic does the checking; this module turns its errors into the one line an operator needs:
+the file, the field path (`nodes[1].cpus`) and what to do. The validated result is converted to
+the frozen dataclasses of `model.py`, so nothing downstream depends on pydantic.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import stat
+import tomllib
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import InventoryError, SnapshotError
+from .model import (
+    BmcConfig,
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    ContainerClass,
+    Inventory,
+    NodeRole,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+    SshConfig,
+)
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+WEAK_CIPHER_SUITES = (0, 1, 2)
+
+Name = Annotated[str, Field(pattern=NAME_RE, max_length=63)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Cluster(_Strict):
+    name: Name
+    cap: Annotated[float, Field(gt=0, le=1)] = 0.70
+    memory_cap: Annotated[float, Field(gt=0, le=1)] = 0.95
+    epoch_seconds: Annotated[int, Field(gt=0)] = 600
+
+
+class _Power(_Strict):
+    idle_w: Annotated[float, Field(ge=0)] | None = None
+    max_w: Annotated[float, Field(gt=0)] | None = None
+    curve_w: list[Annotated[float, Field(ge=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "_Power":
+        if self.curve_w is not None:
+            if self.idle_w is not None or self.max_w is not None:
+                raise ValueError("give either curve_w or idle_w + max_w, not both")
+            if len(self.curve_w) != 11:
+                raise ValueError("curve_w needs 11 values (watts at 0%, 10%, ..., 100% load)")
+            if any(b < a for a, b in zip(self.curve_w, self.curve_w[1:])):
+                raise ValueError("curve_w must not decrease with load")
+        elif self.idle_w is None or self.max_w is None:
+            raise ValueError("give idle_w and max_w, or curve_w with 11 values")
+        elif self.max_w < self.idle_w:
+            raise ValueError("max_w must be >= idle_w")
+        return self
+
+    def curve(self) -> PowerCurve:
+        if self.curve_w is not None:
+            return PowerCurve(tuple(self.curve_w))
+        assert self.idle_w is not None and self.max_w is not None
+        return PowerCurve.linear(self.idle_w, self.max_w)
+
+
+class _Ssh(_Strict):
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = "root"
+    port: Port = 22
+    identity_file: str | None = None
+    known_hosts: str | None = None
+
+
+class _Bmc(_Strict):
+    address: str
+    port: Port = 623
+    username: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9._@-]+$")] = "admin"
+    password_file: str
+    cipher_suite: Annotated[int, Field(ge=0, le=17)] = 17
+
+
+class _Node(_Strict):
+    name: Name
+    address: str
+    cpus: Annotated[int, Field(gt=0)]
+    memory_mb: Annotated[int, Field(gt=0)]
+    role: Literal["worker", "head"] = "worker"
+    power_managed: bool | None = None
+    power: _Power
+    ssh: _Ssh | None = None
+    bmc: _Bmc | None = None
+
+
+class _Inventory(_Strict):
+    cluster: _Cluster
+    nodes: Annotated[list[_Node], Field(min_length=1)]
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _describe(err: Any) -> str:
+    """One pydantic error as `field: what to do`."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    loc = _loc(tuple(p for p in err["loc"] if not str(p).startswith("function-")))
+    messages = {
+        "extra_forbidden": "unknown key; remove it or check its spelling",
+        "missing": "required; add it",
+        "greater_than": f"must be > {ctx.get('gt')}",
+        "greater_than_equal": f"must be >= {ctx.get('ge')}",
+        "less_than_equal": f"must be <= {ctx.get('le')}",
+        "less_than": f"must be < {ctx.get('lt')}",
+        "string_pattern_mismatch": "may contain only letters, digits, '.', '_' and '-' "
+        "(starting with a letter or digit)",
+        "too_short": "must not be empty",
+        "literal_error": f"must be one of {ctx.get('expected')}",
+    }
+    if kind in messages:
+        return f"{loc}: {messages[kind]}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg[0].lower() + msg[1:] if msg else kind}"
+
+
+def _validation_line(prefix: str, exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = _describe(errors[0])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{prefix}: {first}{more}"
+
+
+def _check_address(field: str, value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not HOSTNAME_RE.match(value):
+            raise InventoryError(f"{field}: {value!r} is neither an IP address nor a host name")
+
+
+def _existing_file(field: str, base: Path, value: str) -> Path:
+    path = (base / value).resolve()
+    if not path.is_file():
+        raise InventoryError(f"{field}: file {path} does not exist (paths are relative to the inventory)")
+    return path
+
+
+def _secret_file(field: str, base: Path, value: str) -> Path:
+    path = _existing_file(field, base, value)
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InventoryError(f"{field}: {path} is readable by group/others; run chmod 600 {path}")
+    if not path.read_text().strip():
+        raise InventoryError(f"{field}: {path} is empty; write the BMC password into it")
+    return path
+
+
+def _to_node(index: int, n: _Node, base: Path) -> NodeSpec:
+    field = f"nodes[{index}]"
+    _check_address(f"{field}.address", n.address)
+    role = NodeRole(n.role)
+    if role is NodeRole.HEAD and n.power_managed:
+        raise InventoryError(f"{field}.power_managed: a head node can never be power-managed; set it to false")
+    managed = n.power_managed if n.power_managed is not None else role is NodeRole.WORKER
+    ssh = None
+    if n.ssh is not None:
+        ssh = SshConfig(
+            user=n.ssh.user,
+            port=n.ssh.port,
+            identity_file=_existing_file(f"{field}.ssh.identity_file", base, n.ssh.identity_file)
+            if n.ssh.identity_file
+            else None,
+            known_hosts=_existing_file(f"{field}.ssh.known_hosts", base, n.ssh.known_hosts)
+            if n.ssh.known_hosts
+            else None,
+        )
+    bmc = None
+    if n.bmc is not None:
+        _check_address(f"{field}.bmc.address", n.bmc.address)
+        if n.bmc.cipher_suite in WEAK_CIPHER_SUITES:
+            raise InventoryError(
+                f"{field}.bmc.cipher_suite: suite {n.bmc.cipher_suite} has no integrity or "
+                "confidentiality; use 17 (or 3)"
+            )
+        bmc = BmcConfig(
+            address=n.bmc.address,
+            port=n.bmc.port,
+            username=n.bmc.username,
+            password_file=_secret_file(f"{field}.bmc.password_file", base, n.bmc.password_file),
+            cipher_suite=n.bmc.cipher_suite,
+        )
+    return NodeSpec(
+        name=n.name,
+        address=n.address,
+        cpus=n.cpus,
+        memory_mb=n.memory_mb,
+        power=n.power.curve(),
+        role=role,
+        power_managed=managed,
+        ssh=ssh,
+        bmc=bmc,
+    )
+
+
+def _check_unique(nodes: list[_Node]) -> None:
+    seen: dict[tuple[str, str], int] = {}
+    for i, n in enumerate(nodes):
+        keys = [("name", n.name), ("address", n.address)]
+        if n.bmc is not None:
+            keys.append(("bmc", f"{n.bmc.address}:{n.bmc.port}"))
+        for key in keys:
+            if key in seen:
+                what = {"name": "name", "address": "address", "bmc": "bmc.address/port"}[key[0]]
+                raise InventoryError(
+                    f"nodes[{i}].{what.split('/')[0]}: {key[1]!r} is already used by "
+                    f"nodes[{seen[key]}]; {what} must be unique"
+                )
+            seen[key] = i
+
+
+def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inventory:
+    label = str(source) if source else "inventory"
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InventoryError(f"{label}: malformed TOML: {exc}") from None
+    try:
+        inv = _Inventory.model_validate(raw)
+    except ValidationError as exc:
+        raise InventoryError(_validation_line(label, exc)) from None
+    try:
+        _check_unique(inv.nodes)
+        nodes = tuple(_to_node(i, n, base) for i, n in enumerate(inv.nodes))
+    except InventoryError as exc:
+        raise InventoryError(f"{label}: {exc}") from None
+    c = inv.cluster
+    cluster = ClusterConfig(c.name, c.cap, c.memory_cap, c.epoch_seconds)
+    return Inventory(cluster=cluster, nodes=nodes, source=source)
+
+
+def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read and validate an inventory file; paths inside it are relative to the file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InventoryError(f"--inventory: cannot read {p}: {exc.strerror}") from None
+    return parse_inventory(text, base=p.resolve().parent, source=p)
+
+
+class _SnapNode(_Strict):
+    name: str
+    powered: bool = True
+
+
+class _SnapContainer(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]+$", max_length=128)]
+    node: str
+    cpu: Annotated[float, Field(ge=0)]
+    memory_mb: Annotated[float, Field(ge=0)]
+    image: str = ""
+    class_: Literal["devil", "turtle"] = Field("turtle", alias="class")
+    group: str | None = None
+
+
+class _Snapshot(_Strict):
+    version: int = 0
+    taken_at: str | None = None
+    nodes: list[_SnapNode] = Field(default_factory=list)
+    containers: list[_SnapContainer] = Field(default_factory=list)
+
+
+def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") -> ClusterSnapshot:
+    """Validate observed state against the inventory. Nodes not listed are taken as powered on."""
+    try:
+        snap = _Snapshot.model_validate(data)
+    except ValidationError as exc:
+        raise SnapshotError(_validation_line(label, exc)) from None
+    known = set(inventory.node_names)
+    powered = {n.name: True for n in inventory.nodes}
+    for i, n in enumerate(snap.nodes):
+        if n.name not in known:
+            raise SnapshotError(f"{label}: nodes[{i}].name: {n.name!r} is not in the inventory")
+        powered[n.name] = n.powered
+    for spec in inventory.nodes:
+        if spec.role is NodeRole.HEAD and not powered[spec.name]:
+            raise SnapshotError(f"{label}: node {spec.name} is the head node and cannot be off")
+    names: set[str] = set()
+    containers = []
+    for i, c in enumerate(snap.containers):
+        if c.name in names:
+            raise SnapshotError(f"{label}: containers[{i}].name: {c.name!r} appears twice")
+        names.add(c.name)
+        if c.node not in known:
+            raise SnapshotError(f"{label}: containers[{i}].node: {c.node!r} is not in the inventory")
+        if not powered[c.node]:
+            raise SnapshotError(
+                f"{label}: containers[{i}].node: {c.node!r} is powered off but hosts {c.name!r}"
+            )
+        containers.append(
+            Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group)
+        )
+    kwargs: dict[str, Any] = {}
+    if snap.taken_at:
+        try:
+            kwargs["taken_at"] = datetime.fromisoformat(snap.taken_at)
+        except ValueError:
+            raise SnapshotError(f"{label}: taken_at: not an ISO 8601 time") from None
+    return ClusterSnapshot(
+        nodes=tuple(NodeState(n.name, powered[n.name]) for n in inventory.nodes),
+        containers=tuple(containers),
+        version=snap.version,
+        **kwargs,
+    )
+
+
+def load_snapshot(path: str | os.PathLike[str], inventory: Inventory) -> ClusterSnapshot:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise SnapshotError(f"--snapshot: cannot read {p}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{p}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    return parse_snapshot(data, inventory, label=str(p))
+
+
+def demo_inventory() -> Inventory:
+    """The embedded example cluster, so `peakpack plan` works on a fresh install."""
+    files = resources.files("inventory")
+    text = (files / "demo.toml").read_text()
+    return parse_inventory(text, base=Path("."), source=Path("<embedded demo.toml>"))
+
+
+def demo_snapshot(inventory: Inventory) -> ClusterSnapshot:
+    files = resources.files("inventory")
+    data = json.loads((files / "demo-snapshot.json").read_text())
+    return parse_snapshot(data, inventory, label="<embedded demo-snapshot.json>")
