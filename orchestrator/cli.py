@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from .cli_common import DbOpt, InventoryOpt, JsonOpt, err, open_store, out, since_time
 from .config import demo_inventory, demo_snapshot, load_inventory, load_snapshot
 from .errors import PeakpackError
 from .model import ClusterSnapshot, Inventory
@@ -24,24 +24,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
-
-DbOpt = Annotated[
-    Optional[str],
-    typer.Option("--db", help="Store URL (sqlite:///FILE or postgresql://...); default: a SQLite "
-                 "file in the user's data dir, or $PEAKPACK_DB.", envvar="PEAKPACK_DB"),
-]
-InventoryOpt = Annotated[
-    Optional[Path],
-    typer.Option("--inventory", "-i", help="Inventory TOML; default: the embedded demo cluster."),
-]
 SnapshotOpt = Annotated[
     Optional[Path],
     typer.Option("--snapshot", "-s", help="Observed state as JSON; default: observe the nodes "
                  "(or the embedded demo snapshot with the demo inventory)."),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
 def load_inputs(
@@ -59,12 +46,6 @@ def load_inputs(
     from .observe import observe_cluster
 
     return inventory, observe_cluster(inventory)
-
-
-def open_store(url: str | None) -> Any:
-    from db.store import Store
-
-    return Store.open(url)
 
 
 def print_plan(plan: Plan) -> None:
@@ -152,23 +133,18 @@ def history(
     db: DbOpt = None,
 ) -> None:
     """Show stored plans, actions, migrations, power events or energy."""
-    from db.store import parse_duration
-
-    window = parse_duration(since, flag="--since") if since else None
+    start = since_time(since)
     if by is not None and kind is not HistoryKind.ENERGY:
         raise PeakpackError("--by: only `history energy` can be grouped by node or container")
     with open_store(db) as store:
-        rows = history_rows(store, kind, window, by)
+        rows = history_rows(store, kind, start, by)
     if json_out:
         sys.stdout.write(json.dumps(rows) + "\n")
     else:
         print_rows(kind.value, rows)
 
 
-def history_rows(store: Any, kind: HistoryKind, window: Any, by: GroupBy | None) -> list[dict[str, Any]]:
-    from datetime import datetime, timezone
-
-    since = datetime.now(timezone.utc) - window if window is not None else None
+def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None) -> list[dict[str, Any]]:
     if kind is HistoryKind.PLANS:
         records = store.list_plans(since)
     elif kind is HistoryKind.ACTIONS:

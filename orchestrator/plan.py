@@ -158,16 +158,23 @@ def apply_action(
 
 
 def check_capacity(
-    inventory: Inventory, snapshot: ClusterSnapshot, only: Iterable[str] | None = None
+    inventory: Inventory,
+    snapshot: ClusterSnapshot,
+    only: Iterable[str] | None = None,
+    cap: float | None = None,
 ) -> None:
-    """Raise PlanError if any (or any of `only`) node is over its CPU cap or memory cap."""
+    """Raise PlanError if any (or any of `only`) node is over its CPU cap or memory cap.
+
+    `cap` overrides the inventory's CPU cap (a problem's own cap, or a baseline's, e.g. 0.95).
+    """
+    cpu_frac = inventory.cluster.cap if cap is None else cap
     loads = node_loads(snapshot.containers)
     names = set(only) if only is not None else set(loads)
     for spec in inventory.nodes:
         if spec.name not in names or spec.name not in loads:
             continue
         load = loads[spec.name]
-        cpu_cap = inventory.cluster.cap * spec.cpus
+        cpu_cap = cpu_frac * spec.cpus
         mem_cap = inventory.cluster.memory_cap * spec.memory_mb
         if load.cpu > cpu_cap + 1e-6:
             raise PlanError(
@@ -180,19 +187,23 @@ def check_capacity(
 
 
 def replay(
-    inventory: Inventory, snapshot: ClusterSnapshot, actions: Iterable[Action]
+    inventory: Inventory,
+    snapshot: ClusterSnapshot,
+    actions: Iterable[Action],
+    cap: float | None = None,
 ) -> ClusterSnapshot:
     """Replay actions in order; a migration may not push its target over the caps.
 
     Sources are allowed to be over the cap before they are drained (that is why we move), but no
-    action may make a node worse than the cap it ends up within.
+    action may make a node worse than the cap it ends up within. `cap` overrides the inventory's
+    CPU cap, as in `check_capacity`.
     """
     state = snapshot
     for action in actions:
         state = apply_action(inventory, state, action)
         if action.kind is ActionKind.MIGRATE:
             assert action.target
-            check_capacity(inventory, state, only=[action.target])
+            check_capacity(inventory, state, only=[action.target], cap=cap)
     powered = state.powered()
     for c in state.containers:
         if c.node not in powered:

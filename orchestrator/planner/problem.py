@@ -55,11 +55,16 @@ class PlacementProblem:
 
 @dataclass(frozen=True)
 class Placement:
-    """A policy's answer: where every container goes and which nodes stay powered."""
+    """A policy's answer: where every container goes and which nodes stay powered.
+
+    `cap` is the CPU cap the answer was packed under when a policy uses its own (best-fit at
+    95%); None means the problem's. `build_plan` sequences and replays the plan under it.
+    """
 
     assignment: Mapping[str, str]
     powered: frozenset[str]
     report: SolverReport
+    cap: float | None = None
 
 
 class Policy(Protocol):

@@ -1,0 +1,44 @@
+"""Options and helpers shared by every `peakpack` sub-command module."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+out = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--db",
+        help="Store URL (sqlite:///FILE or postgresql://...); default: a SQLite file in the "
+        "user's data dir, or $PEAKPACK_DB.",
+        envvar="PEAKPACK_DB",
+    ),
+]
+InventoryOpt = Annotated[
+    Optional[Path],
+    typer.Option("--inventory", "-i", help="Inventory TOML; default: the embedded demo cluster."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+def open_store(url: str | None) -> Any:
+    """The store is imported lazily so commands that never touch it stay fast."""
+    from db.store import Store
+
+    return Store.open(url)
+
+
+def since_time(since: str | None) -> datetime | None:
+    """`--since 2h` -> the UTC instant two hours ago (None: all history)."""
+    if since is None:
+        return None
+    from db.store import parse_duration
+
+    return datetime.now(timezone.utc) - parse_duration(since, flag="--since")

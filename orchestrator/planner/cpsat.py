@@ -1,0 +1,266 @@
+"""The exact CP-SAT model of placement on a set of nodes; the only module that imports ortools.
+
+The search calls it on the whole problem when that is small, and on a few nodes at a time (large
+neighbourhood search) otherwise: the containers currently on those nodes may be re-placed among
+them, every other container stays put. Model, in integers:
+
+- x[c,n] (c on n), on[n] (n powered; a constant for nodes that must stay on);
+- CPU and memory rows: sum demand x[c,n] <= cap x on[n] (demands rounded up, caps down, so an
+  integer-feasible answer is feasible in floats);
+- power: idle x on[n] + P[n], P[n] above every line of the convex envelope of the curve's
+  dynamic part (exact for convex curves, a valid under-estimate otherwise: what is reported is
+  always `objective.evaluate` on the answer);
+- migrations, devil pairs (P(k) = k(k-1)/2 via its tangent lines) and group spans (y[g,n]).
+- symmetry: interchangeable empty nodes (same type, eligibility, no container that comes from
+  them) are used in order, the busiest first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from .bounds import curve_points, lower_hull
+from .instance import Instance
+from .packing import Packing
+
+MW = 1000.0  # the model counts milliwatts
+_STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE"}
+
+
+def cpu_scale(inst: Instance) -> float:
+    """Integer CPU units per unit of `cpus`, so the largest node has ~1e5-1e6 units.
+
+    Cores (16) and MIPS (5320) both work: 0.7 x 16 cores is 112,000 units of 1e-4 core.
+    """
+    biggest = float(inst.cpus.max()) if inst.n_nodes else 1.0
+    return 1e5 / 10.0 ** math.floor(math.log10(max(biggest, 1e-9)))
+
+
+@dataclass(frozen=True)
+class SubResult:
+    """CP-SAT's answer on a node set: new node of each container, new power state of each node."""
+
+    assign: dict[int, int]
+    on: dict[int, bool]
+    status: str
+    objective_w: float  # the model's objective (envelope power), including constants
+    bound_w: float  # the model's proven lower bound, same terms
+
+
+def solve_nodes(
+    pack: Packing,
+    nodes: list[int],
+    *,
+    time_limit_s: float,
+    workers: int = 1,
+    seed: int = 0,
+    deterministic_limit: float | None = None,
+    presolve: bool = True,
+) -> SubResult | None:
+    """Re-place the containers now on `nodes` among `nodes`, optimally within the limits.
+
+    Returns None when CP-SAT finds no solution in time. The incumbent is the hint. Presolve
+    pays on the whole model but costs more than it saves on LNS neighbourhoods (measured 2x).
+    """
+    inst = pack.inst
+    w = inst.problem.weights
+    scale = cpu_scale(inst)
+    node_set = set(nodes)
+    conts = sorted(c for n in nodes for c in pack.members[n])
+    classes = _interchangeable(inst, nodes, conts)
+    hint_node, hint_on = _hint(pack, nodes, conts, classes)
+    m = cp_model.CpModel()
+    const = 0.0  # objective offset in mW
+    terms: list[tuple[cp_model.IntVar, int]] = []
+
+    on: dict[int, cp_model.IntVar | int] = {}
+    for n in nodes:
+        if inst.can_off[n]:
+            on[n] = m.NewBoolVar(f"on{n}")
+            m.AddHint(on[n], hint_on[n])
+            terms.append((on[n], round(inst.watts[n, 0] * MW)))
+        else:
+            on[n] = 1
+            const += inst.watts[n, 0] * MW
+
+    x: dict[int, dict[int, cp_model.IntVar]] = {}
+    for c in conts:
+        allowed = inst.allowed(c)
+        cand = [n for n in nodes if allowed[n]]
+        x[c] = {n: m.NewBoolVar(f"x{c}_{n}") for n in cand}
+        m.AddExactlyOne(x[c].values())
+        for n, v in x[c].items():
+            m.AddHint(v, n == hint_node[c])
+            if not isinstance(on[n], int):
+                m.AddImplication(v, on[n])
+        cost = round(inst.mig_cost[c] * MW)
+        const += cost
+        if int(inst.orig[c]) in x[c]:
+            terms.append((x[c][int(inst.orig[c])], -cost))
+
+    cpu_units = {c: math.ceil(inst.cpu[c] * scale - 1e-6) for c in conts}
+    mem_units = {c: math.ceil(inst.mem[c] - 1e-6) for c in conts}
+    on_node: dict[int, list[int]] = defaultdict(list)
+    for c in conts:
+        for n in x[c]:
+            on_node[n].append(c)
+    load: dict[int, cp_model.IntVar] = {}
+    for n in nodes:
+        cap_units = max(0, math.floor(inst.cpu_cap[n] * scale + 1e-6))
+        mem_cap = max(0, math.floor(inst.mem_cap[n] + 1e-6))
+        here = on_node[n]
+        load[n] = m.NewIntVar(0, cap_units, f"load{n}")
+        m.Add(load[n] == sum(cpu_units[c] * x[c][n] for c in here))
+        m.Add(load[n] <= cap_units * on[n])
+        if any(mem_units[c] for c in here):
+            m.Add(sum(mem_units[c] * x[c][n] for c in here) <= mem_cap * on[n])
+        _add_power(m, inst, n, on[n], load[n], scale, terms)
+
+    devils = [c for c in conts if inst.devil[c]]
+    if len(devils) >= 2 and w.contention_w > 0:
+        for n in nodes:
+            here = [c for c in devils if n in x[c]]
+            if len(here) < 2:
+                continue
+            k = sum(x[c][n] for c in here)
+            pairs = m.NewIntVar(0, len(here) * (len(here) - 1) // 2, f"pairs{n}")
+            for j in range(1, len(here)):
+                m.Add(pairs >= j * k - j * (j + 1) // 2)
+            terms.append((pairs, round(w.contention_w * MW)))
+
+    if w.affinity_w > 0:
+        by_group: dict[int, list[int]] = defaultdict(list)
+        for c in conts:
+            if inst.group[c] >= 0:
+                by_group[int(inst.group[c])].append(c)
+        aff = round(w.affinity_w * MW)
+        for g, members in by_group.items():
+            outside = [n for n in pack.groups[g] if n not in node_set]
+            const += aff * (len(outside) - 1)
+            for n in {n for c in members for n in x[c]}:
+                y = m.NewBoolVar(f"y{g}_{n}")
+                for c in members:
+                    if n in x[c]:
+                        m.AddImplication(x[c][n], y)
+                terms.append((y, aff))
+
+    for members in classes:
+        for a, b in zip(members, members[1:]):
+            if not isinstance(on[a], int):
+                m.Add(on[a] >= on[b])
+            m.Add(load[a] >= load[b])
+    m.Minimize(sum(coef * v for v, coef in terms) + round(const))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(time_limit_s, 0.001)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    solver.parameters.cp_model_presolve = presolve
+    if deterministic_limit is not None:
+        solver.parameters.max_deterministic_time = deterministic_limit
+    status = solver.Solve(m)
+    if status not in _STATUS:
+        return None
+    assign = {c: next(n for n, v in x[c].items() if solver.Value(v)) for c in conts}
+    power = {n: bool(solver.Value(v)) if not isinstance(v, int) else True for n, v in on.items()}
+    return SubResult(
+        assign,
+        power,
+        _STATUS[status],
+        solver.ObjectiveValue() / MW,
+        solver.BestObjectiveBound() / MW,
+    )
+
+
+def _add_power(
+    m: cp_model.CpModel,
+    inst: Instance,
+    n: int,
+    on: cp_model.IntVar | int,
+    load: cp_model.IntVar,
+    scale: float,
+    terms: list[tuple[cp_model.IntVar, int]],
+) -> None:
+    """Dynamic power P (mW) of node n at `load` (units): above every line of the convex envelope
+    of (curve - idle) on [0, cap]; where the curve is not convex, also above the line of the
+    segment the load is in (one literal per segment, enforced only when on), so the model
+    prices the true curve."""
+    xs, ys = curve_points(inst, n, from_zero=False)
+    if len(xs) < 2:
+        return
+    idle = ys[0]
+    hull = lower_hull(xs, ys)
+    top = max(ys) - idle
+    p = m.NewIntVar(0, math.ceil(max(top, 0.0) * MW) + 1, f"p{n}")
+    for a, b in zip(hull, hull[1:]):
+        m.Add(_line(p, load, a, b, idle, scale) >= 0)
+    if not _is_convex(xs, ys, hull):
+        picks = []
+        for i, (a, b) in enumerate(zip(zip(xs, ys), zip(xs[1:], ys[1:]))):
+            z = m.NewBoolVar(f"seg{n}_{i}")
+            picks.append(z)
+            m.Add(load >= math.floor(a[0] * scale)).OnlyEnforceIf(z)
+            m.Add(load <= math.ceil(b[0] * scale)).OnlyEnforceIf(z)
+            m.Add(_line(p, load, a, b, idle, scale) >= 0).OnlyEnforceIf(z)
+        m.Add(sum(picks) == on)
+    terms.append((p, 1))
+
+
+def _line(
+    p: cp_model.IntVar,
+    load: cp_model.IntVar,
+    a: tuple[float, float],
+    b: tuple[float, float],
+    idle: float,
+    scale: float,
+) -> cp_model.LinearExpr:
+    """r x P - (the line through a and b, minus idle, in mW over load units), in integers."""
+    slope = (b[1] - a[1]) / (b[0] - a[0]) * MW / scale  # mW per unit of load
+    intercept = (a[1] - idle) * MW - slope * a[0] * scale  # mW at load 0
+    r = 10.0 ** min(6, max(0, math.ceil(4 - math.log10(max(abs(slope), 1e-12)))))
+    return round(r) * p - round(slope * r) * load - math.floor(intercept * r)
+
+
+def _is_convex(xs: list[float], ys: list[float], hull: list[tuple[float, float]]) -> bool:
+    """True when every curve point lies on the envelope (so the envelope is the curve)."""
+    hx = [h[0] for h in hull]
+    hy = [h[1] for h in hull]
+    return bool(np.all(np.array(ys) <= np.interp(xs, hx, hy) + 1e-9))
+
+
+def _interchangeable(inst: Instance, nodes: list[int], conts: list[int]) -> list[list[int]]:
+    """Classes of nodes no objective term tells apart: same type and eligibility, and no
+    container of the neighbourhood comes from them (so no migration cost differs)."""
+    origins = {int(inst.orig[c]) for c in conts}
+    restricted = [c for c in conts if c in inst.eligible]
+    elig = (
+        np.array([inst.eligible[c][nodes] for c in restricted], dtype=bool)
+        if restricted
+        else np.zeros((0, len(nodes)), dtype=bool)
+    )
+    classes: dict[tuple, list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        if n not in origins:
+            classes[(int(inst.node_type[n]), elig[:, i].tobytes())].append(n)
+    return [members for members in classes.values() if len(members) > 1]
+
+
+def _hint(
+    pack: Packing, nodes: list[int], conts: list[int], classes: list[list[int]]
+) -> tuple[dict[int, int], dict[int, bool]]:
+    """The incumbent, with the contents of interchangeable nodes permuted to obey the order."""
+    node_of = {c: int(pack.assign[c]) for c in conts}
+    on = {n: bool(pack.on[n]) for n in nodes}
+    for members in classes:
+        ranked = sorted(members, key=lambda n: (-on[n], -pack.load[n], n))
+        rename = dict(zip(ranked, members))
+        for c in conts:
+            if node_of[c] in rename:
+                node_of[c] = rename[node_of[c]]
+        on.update({rename[n]: bool(pack.on[n]) for n in ranked})
+    return node_of, on

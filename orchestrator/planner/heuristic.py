@@ -1,0 +1,234 @@
+"""The migration-aware start for the search: repair the current placement, then drain nodes.
+
+1. Repair: containers on a node they may not use, and the cheapest-to-move containers of each
+   over-cap node, are re-placed (largest first) on the powered node where they cost least; when
+   none fits, the most efficient node that can be woken is switched on.
+2. Consolidate: try to empty powered nodes, least utilised first, into the others; keep a drain
+   only if the objective falls (idle power saved > moves paid + power/contention/affinity added).
+   So nothing moves unless a node can be emptied profitably: zero churn on a good placement.
+3. Untangle: move devils off nodes where they share, and members of split groups, wherever
+   the move alone lowers the objective (the pair or the span saved pays for the migration).
+
+Every decision is priced with `Packing.move_delta`, i.e. in the objective's own terms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .instance import EPS
+from .packing import Packing
+
+#: Tie-break between equally priced targets: prefer the fuller node (best fit), worth < 1 W.
+TIGHTNESS_W = 0.5
+
+
+def pick_target(pack: Packing, c: int, mask: np.ndarray) -> tuple[int, float] | None:
+    """The cheapest node in `mask` for c, with the objective change of moving there."""
+    targets = np.flatnonzero(mask)
+    if len(targets) == 0:
+        return None
+    inst = pack.inst
+    delta = pack.move_delta(c, targets)
+    spare = (inst.cpu_cap[targets] - pack.load[targets] - inst.cpu[c]) / inst.cpu_cap[targets]
+    best = int(np.argmin(delta + TIGHTNESS_W * spare))
+    return int(targets[best]), float(delta[best])
+
+
+def wake_target(pack: Packing, c: int) -> int | None:
+    """The most efficient switched-off node that c may use and fits on empty."""
+    inst = pack.inst
+    for n in inst.efficiency_order:
+        if (
+            not pack.on[n]
+            and inst.allowed(c)[n]
+            and inst.cpu[c] <= inst.cpu_cap[n] + EPS
+            and inst.mem[c] <= inst.mem_cap[n] + EPS
+        ):
+            return int(n)
+    return None
+
+
+def evictions(pack: Packing, n: int) -> list[int]:
+    """Containers to take off over-cap node n: cheapest migration per CPU freed first (among
+    those that would fit some other node when empty), then any that still fit are put back
+    (so we do not move more than the cap requires)."""
+    inst = pack.inst
+    others = np.arange(inst.n_nodes) != n
+    movable = [
+        c
+        for c in pack.members[n]
+        if (
+            inst.allowed(c)
+            & others
+            & (inst.cpu[c] <= inst.cpu_cap + EPS)
+            & (inst.mem[c] <= inst.mem_cap + EPS)
+        ).any()
+    ]
+    members = sorted(movable, key=lambda c: (inst.mig_cost[c] / max(inst.cpu[c], EPS), c))
+    cpu, mem = pack.load[n], pack.mem[n]
+    out: list[int] = []
+    for c in members:
+        if cpu <= inst.cpu_cap[n] + EPS and mem <= inst.mem_cap[n] + EPS:
+            break
+        out.append(c)
+        cpu -= inst.cpu[c]
+        mem -= inst.mem[c]
+    for c in sorted(out, key=lambda c: -inst.mig_cost[c]):
+        if (
+            cpu + inst.cpu[c] <= inst.cpu_cap[n] + EPS
+            and mem + inst.mem[c] <= inst.mem_cap[n] + EPS
+        ):
+            out.remove(c)
+            cpu += inst.cpu[c]
+            mem += inst.mem[c]
+    return out
+
+
+def repair(pack: Packing) -> None:
+    """Make the placement feasible as far as single moves can; a container that fits nowhere
+    stays where it is (the search then tries to make room for it with CP-SAT)."""
+    inst = pack.inst
+    pool = pack.misplaced()
+    for n in np.flatnonzero(pack.over_cap()):
+        pool += [c for c in evictions(pack, int(n)) if c not in pool]
+    for c in sorted(pool, key=lambda c: (-inst.cpu[c], -inst.mem[c], c)):
+        mask = pack.fits(c)
+        mask[pack.assign[c]] = False
+        choice = pick_target(pack, c, mask)
+        if choice is not None:
+            pack.move(c, choice[0])
+            continue
+        woken = wake_target(pack, c)
+        if woken is not None:
+            pack.on[woken] = True
+            pack.move(c, woken)
+
+
+def try_drain(pack: Packing, s: int) -> bool:
+    """Empty node s into the other powered nodes and switch it off, if that lowers the objective."""
+    inst = pack.inst
+    members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
+    # Cheap refusal: the moves alone would cost more than everything s draws.
+    cs = np.array(members, dtype=np.int64)
+    if len(cs):
+        home = inst.orig[cs] == s
+        floor = inst.mig_cost[cs][home].sum() - inst.mig_cost[cs][~home].sum()
+        if floor >= inst.power1(s, pack.load[s]):
+            return False
+    total = -float(inst.watts[s, 0])  # idle power saved once s is empty and off
+    done: list[int] = []
+    for c in members:
+        mask = pack.fits(c)
+        mask[s] = False
+        choice = pick_target(pack, c, mask)
+        if choice is None:
+            break
+        pack.move(c, choice[0])
+        total += choice[1]
+        done.append(c)
+    if len(done) == len(members) and total < -1e-9:
+        pack.on[s] = False
+        return True
+    for c in reversed(done):
+        pack.move(c, s)
+    return False
+
+
+def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int = 3) -> int:
+    """Drain nodes, least utilised first, until a pass empties none; returns nodes emptied."""
+    inst = pack.inst
+    emptied = 0
+    for _ in range(passes):
+        mask = pack.on & inst.can_off & ~pack.over_cap()
+        if candidates is not None:
+            mask &= candidates
+        nodes = np.flatnonzero(mask)
+        order = nodes[np.lexsort((nodes, pack.load[nodes] / inst.cpu_cap[nodes]))]
+        before = emptied
+        for s in order:
+            if pack.on[s] and try_drain(pack, int(s)):
+                emptied += 1
+        if emptied == before:
+            break
+    return emptied
+
+
+def untangle(pack: Packing) -> int:
+    """Improving moves for devils that share a node and members of split groups: a single move
+    where one pays, else (devils) a swap with a turtle on a node with fewer devils."""
+    inst = pack.inst
+    w = inst.problem.weights
+    moved = 0
+    for _ in range(3):
+        before = moved
+        tangled: list[int] = []
+        if w.contention_w > 0:
+            for n in np.flatnonzero(pack.devils >= 2):
+                tangled += [c for c in pack.members[n] if inst.devil[c]]
+        if w.affinity_w > 0:
+            for g, nodes in pack.groups.items():
+                if len(nodes) > 1:
+                    tangled += np.flatnonzero(inst.group == g).tolist()
+        for c in sorted(set(tangled)):
+            mask = pack.fits(c)
+            mask[pack.assign[c]] = False
+            choice = pick_target(pack, c, mask)
+            if choice is not None and choice[1] < -1e-9:
+                pack.move(c, choice[0])
+                moved += 1
+            elif inst.devil[c] and pack.devils[pack.assign[c]] >= 3:
+                moved += 2 * swap_devil(pack, c)
+        if moved == before:
+            break
+    return moved
+
+
+#: Nodes a devil swap looks at (those with the fewest devils): enough to find room, cheap.
+SWAP_CANDIDATES = 24
+
+
+def swap_devil(pack: Packing, d: int) -> bool:
+    """Swap devil d with a turtle of similar size on a node with at least two fewer devils,
+    if both fit afterwards and the objective falls."""
+    inst = pack.inst
+    a = int(pack.assign[d])
+    cand = np.flatnonzero(pack.on & inst.allowed(d) & (pack.devils <= pack.devils[a] - 2))
+    if len(cand) == 0:
+        return False
+    cand = cand[np.argsort(pack.devils[cand], kind="stable")[:SWAP_CANDIDATES]]
+    room_a_cpu = inst.cpu_cap[a] - pack.load[a] + inst.cpu[d]
+    room_a_mem = inst.mem_cap[a] - pack.mem[a] + inst.mem[d]
+    best: tuple[float, int, int] | None = None
+    for b in cand.tolist():
+        room_b_cpu = inst.cpu_cap[b] - pack.load[b] - inst.cpu[d]
+        room_b_mem = inst.mem_cap[b] - pack.mem[b] - inst.mem[d]
+        for t in pack.members[b]:
+            if (
+                inst.devil[t]
+                or inst.cpu[t] > room_a_cpu + EPS
+                or inst.mem[t] > room_a_mem + EPS
+                or inst.cpu[t] < -room_b_cpu - EPS
+                or inst.mem[t] < -room_b_mem - EPS
+                or not inst.allowed(t)[a]
+            ):
+                continue
+            first = float(pack.move_delta(d, np.array([b]))[0])
+            pack.move(d, b)
+            total = first + float(pack.move_delta(t, np.array([a]))[0])
+            pack.move(d, a)
+            if total < -1e-9 and (best is None or total < best[0]):
+                best = (total, b, t)
+    if best is None:
+        return False
+    _, b, t = best
+    pack.move(d, b)
+    pack.move(t, a)
+    return True
+
+
+def start(pack: Packing) -> None:
+    """The search's starting point: repair, consolidate, untangle."""
+    repair(pack)
+    consolidate(pack)
+    untangle(pack)
