@@ -1,0 +1,1 @@
+"""The state store: SQLAlchemy models, Alembic migrations and the Store facade."""

@@ -1,0 +1,161 @@
+"""The store's tables (SQLAlchemy 2 declarative). Alembic owns their evolution: a change here
+needs a new revision under db/migrations/versions (autogenerate, then review)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend: SQLite keeps no zone, so store naive UTC and
+    put the zone back on the way out."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: object) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use UTC-aware datetimes")
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: object) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class PlanRow(Base):
+    __tablename__ = "plans"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    inventory: Mapped[str] = mapped_column(String(200))
+    policy: Mapped[str] = mapped_column(String(60))
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    based_on_version: Mapped[int] = mapped_column(Integer)
+    solver_status: Mapped[str] = mapped_column(String(40))
+    solver_seconds: Mapped[float] = mapped_column(Float)
+    objective: Mapped[float] = mapped_column(Float)
+    bound: Mapped[float] = mapped_column(Float)
+    before_json: Mapped[str] = mapped_column(Text)
+    after_json: Mapped[str] = mapped_column(Text)
+    snapshot_json: Mapped[str] = mapped_column(Text)
+    notes: Mapped[str] = mapped_column(Text, default="")
+
+
+class ActionRow(Base):
+    __tablename__ = "actions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    idx: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20))
+    container: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str | None] = mapped_column(String(200))
+    target: Mapped[str | None] = mapped_column(String(200))
+    node: Mapped[str | None] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class MigrationRow(Base):
+    __tablename__ = "migrations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    action_id: Mapped[int | None] = mapped_column(ForeignKey("actions.id", ondelete="SET NULL"))
+    container: Mapped[str] = mapped_column(String(200), index=True)
+    source: Mapped[str] = mapped_column(String(200))
+    target: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    checkpoint_ms: Mapped[float | None] = mapped_column(Float)
+    transfer_ms: Mapped[float | None] = mapped_column(Float)
+    restore_ms: Mapped[float | None] = mapped_column(Float)
+    frozen_ms: Mapped[float | None] = mapped_column(Float)
+    total_ms: Mapped[float | None] = mapped_column(Float)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class MigrationStepRow(Base):
+    __tablename__ = "migration_steps"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    migration_id: Mapped[int] = mapped_column(ForeignKey("migrations.id", ondelete="CASCADE"), index=True)
+    step: Mapped[str] = mapped_column(String(40))
+    state: Mapped[str] = mapped_column(String(20))
+    detail: Mapped[str | None] = mapped_column(Text)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class PinningRow(Base):
+    __tablename__ = "pinnings"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    container: Mapped[str] = mapped_column(String(200))
+    cpuset: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class PowerEventRow(Base):
+    __tablename__ = "power_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    action: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class NodeStatusRow(Base):
+    """Facts about a node the controller must remember across restarts."""
+
+    __tablename__ = "node_status"
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    idle_since: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    quarantined_reason: Mapped[str | None] = mapped_column(Text)
+    quarantined_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class EnergySampleRow(Base):
+    __tablename__ = "energy_samples"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    source: Mapped[str] = mapped_column(String(10))
+    energy_uj: Mapped[int | None] = mapped_column(BigInteger)
+    power_w: Mapped[float | None] = mapped_column(Float)
+
+
+class EnergyRowDb(Base):
+    __tablename__ = "energy"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    container: Mapped[str | None] = mapped_column(String(200), index=True)
+    start: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    end: Mapped[datetime] = mapped_column(UtcDateTime)
+    energy_j: Mapped[float] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(10))
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
+
+
+class ControllerLockRow(Base):
+    """At most one row: the controller that owns this store, with a heartbeat."""
+
+    __tablename__ = "controller_lock"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,0 +1,495 @@
+"""The state store: plans and their action journal, migrations step by step, power events,
+energy, pinning, node facts and the controller lock.
+
+SQLite (default, WAL, busy_timeout, foreign keys) or any SQLAlchemy URL (PostgreSQL works
+unchanged). The schema is brought to Alembic's head on open, so an upgraded peakpack migrates
+an old store in place. Every write is its own short transaction: the journal must be on disk
+before the action it describes runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.errors import PeakpackError, StoreError
+from orchestrator.model import ClusterSnapshot
+from orchestrator.plan import ActionKind, Plan
+
+from .records import (
+    TERMINAL_MIGRATION_STATES,
+    ActionRecord,
+    ActionState,
+    EnergyRow,
+    EnergySample,
+    MigrationRecord,
+    MigrationState,
+    PlanRecord,
+    PowerEventRecord,
+    StepRecord,
+)
+from .schema import (
+    ActionRow,
+    ControllerLockRow,
+    EnergyRowDb,
+    EnergySampleRow,
+    MigrationRow,
+    MigrationStepRow,
+    NodeStatusRow,
+    PinningRow,
+    PlanRow,
+    PowerEventRow,
+)
+
+__all__ = [
+    "ActionState", "EnergyRow", "EnergySample", "MigrationState", "Store", "default_url",
+    "parse_duration",
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str, flag: str = "duration") -> timedelta:
+    """'30m', '2h', '7d' -> timedelta; anything else is a one-line error naming the flag."""
+    m = _DURATION.match(text)
+    if not m:
+        raise PeakpackError(f"{flag}: {text!r} is not a duration; use a number and a unit, e.g. 30m, 2h, 7d")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def default_url() -> str:
+    from platformdirs import user_data_dir
+
+    folder = Path(user_data_dir("peakpack"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'peakpack.db'}"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"--db: {url!r} is not a database URL; use sqlite:///FILE or postgresql://USER@HOST/DB") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).expanduser().resolve().parent
+            if not folder.is_dir():
+                raise StoreError(f"--db: folder {folder} does not exist; create it or choose another path")
+        engine = create_engine(url, connect_args={"timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    try:
+        return create_engine(url, pool_pre_ping=True)
+    except ModuleNotFoundError as exc:
+        raise StoreError(f"--db: the driver for {parsed.drivername} is missing ({exc.name}); "
+                         "install peakpack[postgres]") from None
+
+
+def _upgrade(engine: Engine) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Store:
+    """One handle on the database; cheap to open, use as a context manager."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | None = None) -> "Store":
+        engine = _engine(url or default_url())
+        try:
+            _upgrade(engine)
+        except OperationalError as exc:
+            engine.dispose()
+            raise StoreError(f"--db: cannot open {engine.url!r}: {exc.orig}") from None
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    # -- plans and the action journal -------------------------------------------------------
+
+    def save_plan(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot) -> int:
+        """The plan and every action (PENDING) in one transaction, before anything runs."""
+        t = now()
+        with self._tx() as s:
+            row = PlanRow(
+                created_at=t,
+                inventory=inventory,
+                policy=plan.policy,
+                dry_run=plan.dry_run,
+                based_on_version=plan.based_on_version,
+                solver_status=plan.solver.status,
+                solver_seconds=plan.solver.seconds,
+                objective=plan.solver.objective,
+                bound=plan.solver.bound,
+                before_json=json.dumps(plan.before.to_json()),
+                after_json=json.dumps(plan.after.to_json()),
+                snapshot_json=json.dumps(snapshot.to_json()),
+                notes="\n".join(plan.notes),
+            )
+            s.add(row)
+            s.flush()
+            for i, a in enumerate(plan.actions):
+                s.add(ActionRow(
+                    plan_id=row.id, idx=i, kind=a.kind.value, container=a.container,
+                    source=a.source, target=a.target, node=a.node,
+                    state=ActionState.PENDING.value, created_at=t,
+                ))
+            return row.id
+
+    def list_plans(self, since: datetime | None = None) -> list[PlanRecord]:
+        with self._tx() as s:
+            q = select(PlanRow).order_by(PlanRow.id)
+            if since is not None:
+                q = q.where(PlanRow.created_at >= since)
+            plans = s.scalars(q).all()
+            counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+            ids = [p.id for p in plans]
+            if ids:
+                for plan_id, kind, n in s.execute(
+                    select(ActionRow.plan_id, ActionRow.kind, func.count())
+                    .where(ActionRow.plan_id.in_(ids)).group_by(ActionRow.plan_id, ActionRow.kind)
+                ):
+                    counts[plan_id][kind] = n
+            return [
+                PlanRecord(
+                    plan_id=p.id, created_at=p.created_at, inventory=p.inventory, policy=p.policy,
+                    dry_run=p.dry_run, actions=sum(counts[p.id].values()),
+                    migrations=counts[p.id][ActionKind.MIGRATE.value],
+                    before=json.loads(p.before_json), after=json.loads(p.after_json),
+                    solver={"status": p.solver_status, "seconds": p.solver_seconds,
+                            "objective": p.objective, "bound": p.bound},
+                )
+                for p in plans
+            ]
+
+    def plan_snapshot(self, plan_id: int) -> dict[str, Any]:
+        with self._tx() as s:
+            row = s.get(PlanRow, plan_id)
+            if row is None:
+                raise StoreError(f"plan {plan_id}: no such plan in this store")
+            return json.loads(row.snapshot_json)
+
+    def plan_action_ids(self, plan_id: int) -> list[int]:
+        with self._tx() as s:
+            return list(s.scalars(select(ActionRow.id).where(ActionRow.plan_id == plan_id).order_by(ActionRow.idx)))
+
+    def set_action_state(self, action_id: int, state: ActionState, detail: str | None = None) -> None:
+        t = now()
+        values: dict[str, Any] = {"state": ActionState(state).value}
+        if detail is not None:
+            values["detail"] = detail
+        if state is ActionState.ONGOING:
+            values["started_at"] = t
+        elif state is not ActionState.PENDING:
+            values["finished_at"] = t
+        with self._tx() as s:
+            if s.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values)).rowcount != 1:
+                raise StoreError(f"action {action_id}: no such action in the journal")
+
+    def list_actions(self, since: datetime | None = None, plan_id: int | None = None) -> list[ActionRecord]:
+        q = select(ActionRow).order_by(ActionRow.id)
+        if since is not None:
+            q = q.where(ActionRow.created_at >= since)
+        if plan_id is not None:
+            q = q.where(ActionRow.plan_id == plan_id)
+        with self._tx() as s:
+            return [_action(r) for r in s.scalars(q)]
+
+    def unfinished_actions(self) -> list[ActionRecord]:
+        with self._tx() as s:
+            q = select(ActionRow).where(ActionRow.state == ActionState.ONGOING.value).order_by(ActionRow.id)
+            return [_action(r) for r in s.scalars(q)]
+
+    # -- migrations ---------------------------------------------------------------------------
+
+    def begin_migration(self, container: str, source: str, target: str, action_id: int | None = None) -> int:
+        with self._tx() as s:
+            row = MigrationRow(container=container, source=source, target=target, action_id=action_id,
+                               state=MigrationState.PENDING.value, started_at=now())
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def step_started(self, migration_id: int, step: str) -> int:
+        """Journal a step before it runs; the migration's state names the step in flight."""
+        with self._tx() as s:
+            mig = s.get(MigrationRow, migration_id)
+            if mig is None:
+                raise StoreError(f"migration {migration_id}: no such migration")
+            if step.upper() in MigrationState.__members__:
+                mig.state = MigrationState[step.upper()].value
+            row = MigrationStepRow(migration_id=migration_id, step=step, state="STARTED", started_at=now())
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def step_finished(self, step_id: int, ok: bool, detail: str | None = None, bytes: int | None = None) -> None:
+        with self._tx() as s:
+            s.execute(update(MigrationStepRow).where(MigrationStepRow.id == step_id).values(
+                state="DONE" if ok else "FAILED", detail=detail, bytes=bytes, finished_at=now()))
+
+    def finish_migration(
+        self,
+        migration_id: int,
+        state: MigrationState,
+        reason: str | None = None,
+        *,
+        checkpoint_ms: float | None = None,
+        transfer_ms: float | None = None,
+        restore_ms: float | None = None,
+        frozen_ms: float | None = None,
+        total_ms: float | None = None,
+        bytes: int | None = None,
+    ) -> None:
+        state = MigrationState(state)
+        if state not in TERMINAL_MIGRATION_STATES:
+            raise ValueError(f"finish_migration needs a terminal state, not {state}")
+        with self._tx() as s:
+            s.execute(update(MigrationRow).where(MigrationRow.id == migration_id).values(
+                state=state.value, reason=reason, checkpoint_ms=checkpoint_ms, transfer_ms=transfer_ms,
+                restore_ms=restore_ms, frozen_ms=frozen_ms, total_ms=total_ms, bytes=bytes,
+                finished_at=now()))
+
+    def list_migrations(self, since: datetime | None = None) -> list[MigrationRecord]:
+        q = select(MigrationRow).order_by(MigrationRow.id)
+        if since is not None:
+            q = q.where(MigrationRow.started_at >= since)
+        with self._tx() as s:
+            return [_migration(r) for r in s.scalars(q)]
+
+    def unfinished_migrations(self) -> list[MigrationRecord]:
+        terminal = [m.value for m in TERMINAL_MIGRATION_STATES]
+        q = select(MigrationRow).where(MigrationRow.state.not_in(terminal)).order_by(MigrationRow.id)
+        with self._tx() as s:
+            return [_migration(r) for r in s.scalars(q)]
+
+    def migration_steps(self, migration_id: int) -> list[StepRecord]:
+        q = select(MigrationStepRow).where(MigrationStepRow.migration_id == migration_id).order_by(MigrationStepRow.id)
+        with self._tx() as s:
+            return [
+                StepRecord(id=r.id, migration_id=r.migration_id, step=r.step, state=r.state, detail=r.detail,
+                           bytes=r.bytes, started_at=r.started_at, finished_at=r.finished_at)
+                for r in s.scalars(q)
+            ]
+
+    # -- pinning --------------------------------------------------------------------------------
+
+    def record_pinning(self, node: str, container: str, cpuset: str) -> None:
+        with self._tx() as s:
+            s.add(PinningRow(node=node, container=container, cpuset=cpuset, at=now()))
+
+    def list_pinnings(self, node: str | None = None) -> list[dict[str, Any]]:
+        q = select(PinningRow).order_by(PinningRow.id)
+        if node is not None:
+            q = q.where(PinningRow.node == node)
+        with self._tx() as s:
+            return [{"node": r.node, "container": r.container, "cpuset": r.cpuset, "at": r.at.isoformat()}
+                    for r in s.scalars(q)]
+
+    # -- power ----------------------------------------------------------------------------------
+
+    def begin_power_event(self, node: str, action: str, reason: str | None = None) -> int:
+        if action not in (ActionKind.POWER_ON.value, ActionKind.POWER_OFF.value):
+            raise ValueError(f"power action must be power_on or power_off, not {action!r}")
+        with self._tx() as s:
+            row = PowerEventRow(node=node, action=action, state="ONGOING", reason=reason, at=now())
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def finish_power_event(self, event_id: int, state: str, detail: str | None = None) -> None:
+        if state not in ("SUCCEEDED", "FAILED"):
+            raise ValueError(f"power event state must be SUCCEEDED or FAILED, not {state!r}")
+        with self._tx() as s:
+            s.execute(update(PowerEventRow).where(PowerEventRow.id == event_id).values(
+                state=state, detail=detail, finished_at=now()))
+
+    def list_power_events(self, since: datetime | None = None) -> list[PowerEventRecord]:
+        q = select(PowerEventRow).order_by(PowerEventRow.id)
+        if since is not None:
+            q = q.where(PowerEventRow.at >= since)
+        with self._tx() as s:
+            return [
+                PowerEventRecord(id=r.id, node=r.node, action=r.action, state=r.state, reason=r.reason,
+                                 detail=r.detail, at=r.at, finished_at=r.finished_at)
+                for r in s.scalars(q)
+            ]
+
+    def _node_status(self, s: Session, node: str) -> NodeStatusRow:
+        row = s.get(NodeStatusRow, node)
+        if row is None:
+            row = NodeStatusRow(node=node)
+            s.add(row)
+        return row
+
+    def quarantine(self, node: str, reason: str) -> None:
+        with self._tx() as s:
+            row = self._node_status(s, node)
+            row.quarantined_reason, row.quarantined_at = reason, now()
+
+    def clear_quarantine(self, node: str) -> None:
+        with self._tx() as s:
+            row = self._node_status(s, node)
+            row.quarantined_reason, row.quarantined_at = None, None
+
+    def quarantined(self) -> dict[str, str]:
+        q = select(NodeStatusRow).where(NodeStatusRow.quarantined_reason.is_not(None))
+        with self._tx() as s:
+            return {r.node: r.quarantined_reason or "" for r in s.scalars(q)}
+
+    def set_idle_since(self, node: str, at: datetime | None) -> None:
+        with self._tx() as s:
+            self._node_status(s, node).idle_since = at
+
+    def idle_since(self, node: str) -> datetime | None:
+        with self._tx() as s:
+            row = s.get(NodeStatusRow, node)
+            return None if row is None else row.idle_since
+
+    # -- energy ---------------------------------------------------------------------------------
+
+    def add_energy_samples(self, samples: Sequence[EnergySample]) -> None:
+        with self._tx() as s:
+            s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, energy_uj=x.energy_uj,
+                                      power_w=x.power_w) for x in samples)
+
+    def energy_samples(self, node: str, source: str, since: datetime | None = None) -> list[EnergySample]:
+        q = (select(EnergySampleRow).where(EnergySampleRow.node == node, EnergySampleRow.source == source)
+             .order_by(EnergySampleRow.at, EnergySampleRow.id))
+        if since is not None:
+            q = q.where(EnergySampleRow.at >= since)
+        with self._tx() as s:
+            return [EnergySample(node=r.node, at=r.at, source=r.source, energy_uj=r.energy_uj, power_w=r.power_w)
+                    for r in s.scalars(q)]
+
+    def add_energy(self, rows: Sequence[EnergyRow]) -> None:
+        for r in rows:
+            if r.energy_j < 0 or r.end < r.start:
+                raise ValueError(f"energy row for {r.node} is negative or ends before it starts: {r}")
+        with self._tx() as s:
+            s.add_all(EnergyRowDb(node=r.node, container=r.container, start=r.start, end=r.end,
+                                  energy_j=r.energy_j, source=r.source, plan_id=r.plan_id) for r in rows)
+
+    def list_energy(self, since: datetime | None = None, by: str | None = None) -> list[EnergyRow]:
+        """Node intervals (by=None), totals per node, or totals per container."""
+        q = select(EnergyRowDb).order_by(EnergyRowDb.start, EnergyRowDb.id)
+        if since is not None:
+            q = q.where(EnergyRowDb.start >= since)
+        q = q.where(EnergyRowDb.container.is_not(None) if by == "container" else EnergyRowDb.container.is_(None))
+        with self._tx() as s:
+            rows = [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
+                              container=r.container, plan_id=r.plan_id) for r in s.scalars(q)]
+        if by is None:
+            return rows
+        if by not in ("node", "container"):
+            raise PeakpackError(f"--by: {by!r} is not node or container")
+        groups: dict[tuple[str, str | None], list[EnergyRow]] = defaultdict(list)
+        for r in rows:
+            groups[(r.node, r.container)].append(r)
+        return [
+            EnergyRow(
+                node=node, container=container,
+                start=min(r.start for r in g), end=max(r.end for r in g),
+                energy_j=sum(r.energy_j for r in g),
+                source="+".join(sorted({r.source for r in g})),
+            )
+            for (node, container), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+        ]
+
+    # -- the controller lock ----------------------------------------------------------------------
+
+    def acquire_lock(self, owner: str, stale_after_s: float = 120) -> bool:
+        """True if `owner` now holds the lock; a holder whose heartbeat is older than
+        `stale_after_s` is presumed dead (a crashed controller) and replaced."""
+        t = now()
+        try:
+            with self._tx() as s:
+                row = s.get(ControllerLockRow, 1, with_for_update=True)
+                if row is None:
+                    s.add(ControllerLockRow(id=1, owner=owner, acquired_at=t, heartbeat_at=t))
+                    return True
+                if row.owner == owner or t - row.heartbeat_at > timedelta(seconds=stale_after_s):
+                    row.owner, row.acquired_at, row.heartbeat_at = owner, t, t
+                    return True
+                return False
+        except IntegrityError:
+            return False
+
+    def lock_holder(self) -> tuple[str, datetime] | None:
+        with self._tx() as s:
+            row = s.get(ControllerLockRow, 1)
+            return None if row is None else (row.owner, row.heartbeat_at)
+
+    def refresh_lock(self, owner: str) -> None:
+        with self._tx() as s:
+            s.execute(update(ControllerLockRow).where(ControllerLockRow.owner == owner).values(heartbeat_at=now()))
+
+    def release_lock(self, owner: str) -> None:
+        with self._tx() as s:
+            s.execute(delete(ControllerLockRow).where(ControllerLockRow.owner == owner))
+
+
+def _action(r: ActionRow) -> ActionRecord:
+    return ActionRecord(
+        id=r.id, plan_id=r.plan_id, index=r.idx, kind=r.kind, container=r.container, source=r.source,
+        target=r.target, node=r.node, state=ActionState(r.state), detail=r.detail, created_at=r.created_at,
+        started_at=r.started_at, finished_at=r.finished_at,
+    )
+
+
+def _migration(r: MigrationRow) -> MigrationRecord:
+    return MigrationRecord(
+        id=r.id, action_id=r.action_id, container=r.container, source=r.source, target=r.target,
+        state=MigrationState(r.state), reason=r.reason, checkpoint_ms=r.checkpoint_ms,
+        transfer_ms=r.transfer_ms, restore_ms=r.restore_ms, frozen_ms=r.frozen_ms, total_ms=r.total_ms,
+        bytes=r.bytes, started_at=r.started_at, finished_at=r.finished_at,
+    )
