@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -113,12 +114,14 @@ class Inventory:
     source: Path | None = None
 
     def node(self, name: str) -> NodeSpec:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        return self.nodes_by_name[name]
 
-    @property
+    @cached_property
+    def nodes_by_name(self) -> dict[str, NodeSpec]:
+        """Computed once: plans over thousands of nodes look nodes up per action."""
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
     def node_names(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes)
 

@@ -7,12 +7,13 @@ test all agree on what the plan means.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Iterable
 
 from .errors import PlanError
-from .model import ClusterMetrics, ClusterSnapshot, Inventory, node_loads
+from .model import ClusterMetrics, ClusterSnapshot, Inventory
 
 
 class ActionKind(StrEnum):
@@ -120,41 +121,90 @@ class Plan:
         return tuple(a for a in self.actions if a.kind is ActionKind.MIGRATE)
 
 
+class _Replay:
+    """Plan state while actions are applied one by one: placement, power and per-node loads are
+    updated incrementally, so checking a 10,000-action plan stays linear."""
+
+    def __init__(self, inventory: Inventory, snapshot: ClusterSnapshot) -> None:
+        self.inventory = inventory
+        self.snapshot = snapshot
+        self.placement = snapshot.placement()
+        self.by_name = {c.name: c for c in snapshot.containers}
+        self.powered = set(snapshot.powered())
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.mem: dict[str, float] = defaultdict(float)
+        self.count: dict[str, int] = defaultdict(int)
+        for c in snapshot.containers:
+            self.cpu[c.node] += c.cpu
+            self.mem[c.node] += c.memory_mb
+            self.count[c.node] += 1
+        self.moves: dict[str, str] = {}
+        self.power: dict[str, bool] = {}
+
+    def apply(self, action: Action) -> None:
+        """Raise PlanError when the action's precondition does not hold."""
+        if action.kind is ActionKind.MIGRATE:
+            self._migrate(action)
+            return
+        assert action.node
+        if action.node not in self.inventory.nodes_by_name:
+            raise PlanError(f"{action.describe()}: node is not in the inventory")
+        if action.kind is ActionKind.POWER_ON:
+            if action.node in self.powered:
+                raise PlanError(f"{action.describe()}: node is already powered on")
+            self.powered.add(action.node)
+            self.power[action.node] = True
+            return
+        if not self.inventory.node(action.node).can_power_off:
+            raise PlanError(f"{action.describe()}: node is a head node or not power-managed")
+        if action.node not in self.powered:
+            raise PlanError(f"{action.describe()}: node is already off")
+        if self.count[action.node]:
+            raise PlanError(f"{action.describe()}: node still hosts containers")
+        self.powered.discard(action.node)
+        self.power[action.node] = False
+
+    def _migrate(self, action: Action) -> None:
+        assert action.container and action.source and action.target
+        c = self.by_name.get(action.container)
+        if c is None:
+            raise PlanError(f"{action.describe()}: no such container in the snapshot")
+        where = self.placement[c.name]
+        if where != action.source:
+            raise PlanError(f"{action.describe()}: container is on {where}, not {action.source}")
+        if action.target == action.source:
+            raise PlanError(f"{action.describe()}: source and target are the same node")
+        if action.target not in self.inventory.nodes_by_name:
+            raise PlanError(f"{action.describe()}: target is not in the inventory")
+        if action.target not in self.powered:
+            raise PlanError(f"{action.describe()}: target is powered off (power it on first)")
+        self.placement[c.name] = action.target
+        self.moves[c.name] = action.target
+        for node, sign in ((action.source, -1), (action.target, 1)):
+            self.cpu[node] += sign * c.cpu
+            self.mem[node] += sign * c.memory_mb
+            self.count[node] += sign
+
+    def check_node(self, name: str, cap: float | None) -> None:
+        spec = self.inventory.node(name)
+        cpu_cap = (self.inventory.cluster.cap if cap is None else cap) * spec.cpus
+        mem_cap = self.inventory.cluster.memory_cap * spec.memory_mb
+        if self.cpu[name] > cpu_cap + 1e-6:
+            raise PlanError(f"node {name}: CPU load {self.cpu[name]:.2f} exceeds cap {cpu_cap:.2f} cores")
+        if self.mem[name] > mem_cap + 1e-6:
+            raise PlanError(f"node {name}: memory {self.mem[name]:.0f} MB exceeds cap {mem_cap:.0f} MB")
+
+    def result(self) -> ClusterSnapshot:
+        return self.snapshot.with_changes(moves=self.moves, power=self.power)
+
+
 def apply_action(
     inventory: Inventory, snapshot: ClusterSnapshot, action: Action
 ) -> ClusterSnapshot:
     """Apply one action to a snapshot, raising PlanError when its precondition does not hold."""
-    powered = snapshot.powered()
-    if action.kind is ActionKind.MIGRATE:
-        assert action.container and action.source and action.target
-        try:
-            c = snapshot.container(action.container)
-        except KeyError:
-            raise PlanError(f"{action.describe()}: no such container in the snapshot") from None
-        if c.node != action.source:
-            raise PlanError(f"{action.describe()}: container is on {c.node}, not {action.source}")
-        if action.target == action.source:
-            raise PlanError(f"{action.describe()}: source and target are the same node")
-        if action.target not in inventory.node_names:
-            raise PlanError(f"{action.describe()}: target is not in the inventory")
-        if action.target not in powered:
-            raise PlanError(f"{action.describe()}: target is powered off (power it on first)")
-        return snapshot.with_changes(moves={action.container: action.target})
-    assert action.node
-    if action.node not in inventory.node_names:
-        raise PlanError(f"{action.describe()}: node is not in the inventory")
-    if action.kind is ActionKind.POWER_ON:
-        if action.node in powered:
-            raise PlanError(f"{action.describe()}: node is already powered on")
-        return snapshot.with_changes(power={action.node: True})
-    spec = inventory.node(action.node)
-    if not spec.can_power_off:
-        raise PlanError(f"{action.describe()}: node is a head node or not power-managed")
-    if action.node not in powered:
-        raise PlanError(f"{action.describe()}: node is already off")
-    if any(c.node == action.node for c in snapshot.containers):
-        raise PlanError(f"{action.describe()}: node still hosts containers")
-    return snapshot.with_changes(power={action.node: False})
+    state = _Replay(inventory, snapshot)
+    state.apply(action)
+    return state.result()
 
 
 def check_capacity(
@@ -167,23 +217,10 @@ def check_capacity(
 
     `cap` overrides the inventory's CPU cap (a problem's own cap, or a baseline's, e.g. 0.95).
     """
-    cpu_frac = inventory.cluster.cap if cap is None else cap
-    loads = node_loads(snapshot.containers)
-    names = set(only) if only is not None else set(loads)
-    for spec in inventory.nodes:
-        if spec.name not in names or spec.name not in loads:
-            continue
-        load = loads[spec.name]
-        cpu_cap = cpu_frac * spec.cpus
-        mem_cap = inventory.cluster.memory_cap * spec.memory_mb
-        if load.cpu > cpu_cap + 1e-6:
-            raise PlanError(
-                f"node {spec.name}: CPU load {load.cpu:.2f} exceeds cap {cpu_cap:.2f} cores"
-            )
-        if load.memory_mb > mem_cap + 1e-6:
-            raise PlanError(
-                f"node {spec.name}: memory {load.memory_mb:.0f} MB exceeds cap {mem_cap:.0f} MB"
-            )
+    state = _Replay(inventory, snapshot)
+    hosting = {c.node for c in snapshot.containers}
+    for name in hosting if only is None else hosting & set(only):
+        state.check_node(name, cap)
 
 
 def replay(
@@ -198,14 +235,13 @@ def replay(
     action may make a node worse than the cap it ends up within. `cap` overrides the inventory's
     CPU cap, as in `check_capacity`.
     """
-    state = snapshot
+    state = _Replay(inventory, snapshot)
     for action in actions:
-        state = apply_action(inventory, state, action)
+        state.apply(action)
         if action.kind is ActionKind.MIGRATE:
             assert action.target
-            check_capacity(inventory, state, only=[action.target], cap=cap)
-    powered = state.powered()
-    for c in state.containers:
-        if c.node not in powered:
-            raise PlanError(f"container {c.name}: left on powered-off node {c.node}")
-    return state
+            state.check_node(action.target, cap)
+    for name, node in state.placement.items():
+        if node not in state.powered:
+            raise PlanError(f"container {name}: left on powered-off node {node}")
+    return state.result()
