@@ -26,6 +26,7 @@ PACKAGES=(
   busybox-static   # the lab image's only binary
   criu             # runtime libraries; replaced by 4.1.x below when its check fails
   xz-utils         # unpacks CRIU's source tarball
+  postgresql       # the store is also tested against a real PostgreSQL server
 )
 
 missing=()

@@ -1,0 +1,1 @@
+"""Helpers shared by tests: real services started and stopped by the test run itself."""
