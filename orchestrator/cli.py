@@ -167,27 +167,37 @@ def serve(
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1)] = 10.0,
     epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
+    metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
     db: DbOpt = None,
 ) -> None:
-    """Run the controller: one observe -> plan -> execute cycle per epoch until SIGTERM/SIGINT."""
+    """Run the controller: observe -> plan -> execute -> record every epoch until SIGTERM/SIGINT."""
     from .controller import Controller, ControllerSettings
 
     inv = load_inventory(inventory) if inventory else demo_inventory()
-    source = snapshot if snapshot is not None else None
     if inventory is None and snapshot is None:
         dry_run = True  # the embedded demo has no real nodes to act on
+    if snapshot is not None and not dry_run:
+        raise PeakpackError("--snapshot: a snapshot file can only be planned, not executed; add --dry-run")
     settings = ControllerSettings(
         dry_run=dry_run,
         policy=policy,
         time_limit_s=time_limit,
         epoch_seconds=epoch_seconds or inv.cluster.epoch_seconds,
-        snapshot_path=source,
+        snapshot_path=snapshot,
         demo=inventory is None,
+        metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
     )
     with open_store(db) as store:
-        controller = Controller(inv, store, settings, console=err)
+        services = None
+        if not dry_run:
+            from .wiring import live_services
+
+            services = live_services(inv, store, console=err)
+        controller = Controller(inv, store, settings, console=err, services=services)
         if once:
-            controller.run_epoch()
+            controller.run_once()
         else:
             controller.run_forever()
 

@@ -1,0 +1,124 @@
+"""Runs a journaled plan against the nodes: power_on first (a target must be up before work moves
+onto it), then the migrations (bounded parallelism, in migrate/), then pinning on every node that
+gained or lost work, then power_off of the nodes that were emptied.
+
+Each action is re-checked against what actually happened before it runs: a power_off whose node
+still hosts a container (a migration was rolled back) is SKIPPED, and so is a migration whose
+target did not wake. The journal entry of every action is written before and after it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from db.store import ActionState, Store
+
+from .errors import PeakpackError
+from .plan import Action, ActionKind, Plan
+
+
+class NodeOps(Protocol):
+    """The side effects, implemented by migrate/ and power/ (and by fakes in unit tests)."""
+
+    def power_on(self, node: str, reason: str) -> None: ...
+
+    def power_off(self, node: str, reason: str) -> None: ...
+
+    def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
+        """Run the migrations (journaling each under its action id); final state per action id."""
+        ...
+
+    def pin(self, node: str) -> None: ...
+
+    def hosts_nothing(self, node: str) -> bool: ...
+
+
+@dataclass
+class ExecutionReport:
+    plan_id: int
+    states: dict[int, ActionState] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def count(self, state: ActionState) -> int:
+        return sum(1 for s in self.states.values() if s is state)
+
+
+class PlanExecutor:
+    def __init__(self, store: Store, ops: NodeOps, log: Callable[[str], None] = print,
+                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+        self.store = store
+        self.ops = ops
+        self.log = log
+        self.stop_requested = stop_requested
+
+    def _run(self, report: ExecutionReport, action_id: int, action: Action, fn: Callable[[], None]) -> bool:
+        self.store.set_action_state(action_id, ActionState.ONGOING)
+        try:
+            fn()
+        except PeakpackError as exc:
+            self.store.set_action_state(action_id, ActionState.FAILED, str(exc))
+            report.states[action_id] = ActionState.FAILED
+            report.errors.append(f"{action.describe()}: {exc}")
+            self.log(f"{action.describe()} failed: {exc}")
+            return False
+        self.store.set_action_state(action_id, ActionState.SUCCEEDED)
+        report.states[action_id] = ActionState.SUCCEEDED
+        return True
+
+    def _skip(self, report: ExecutionReport, action_id: int, action: Action, why: str) -> None:
+        self.store.set_action_state(action_id, ActionState.SKIPPED, why)
+        report.states[action_id] = ActionState.SKIPPED
+        self.log(f"{action.describe()} skipped: {why}")
+
+    def execute(self, plan: Plan, plan_id: int) -> ExecutionReport:
+        report = ExecutionReport(plan_id)
+        journaled = list(zip(self.store.plan_action_ids(plan_id), plan.actions, strict=True))
+        woken_failed: set[str] = set()
+        for aid, a in journaled:
+            if a.kind is ActionKind.POWER_ON:
+                assert a.node
+                if self.stop_requested():
+                    self._skip(report, aid, a, "the controller is stopping")
+                elif not self._run(report, aid, a, lambda n=a.node: self.ops.power_on(n, f"plan {plan_id}")):
+                    woken_failed.add(a.node)
+
+        migrations: list[tuple[int, Action]] = []
+        for aid, a in journaled:
+            if a.kind is not ActionKind.MIGRATE:
+                continue
+            if a.target in woken_failed:
+                self._skip(report, aid, a, f"target {a.target} did not power on")
+            elif self.stop_requested():
+                self._skip(report, aid, a, "the controller is stopping")
+            else:
+                migrations.append((aid, a))
+        if migrations:
+            report.states.update(self.ops.migrate(migrations))
+
+        touched = sorted({n for _, a in migrations for n in (a.source, a.target) if n})
+        for node in touched:
+            if node in {a.node for _, a in journaled if a.kind is ActionKind.POWER_OFF}:
+                continue  # about to be emptied and switched off: nothing to pin
+            try:
+                self.ops.pin(node)
+            except PeakpackError as exc:  # pinning is an optimisation: report, carry on
+                report.errors.append(f"pin {node}: {exc}")
+                self.log(f"pinning {node} failed: {exc}")
+
+        for aid, a in journaled:
+            if a.kind is not ActionKind.POWER_OFF:
+                continue
+            assert a.node
+            unfinished = [m.container for mid, m in migrations
+                          if m.source == a.node and report.states.get(mid) is not ActionState.SUCCEEDED]
+            if unfinished:
+                self._skip(report, aid, a, f"containers still on it: {', '.join(sorted(unfinished))}")
+            elif self.stop_requested():
+                self._skip(report, aid, a, "the controller is stopping")
+            elif not self.ops.hosts_nothing(a.node):
+                self._skip(report, aid, a, "the node hosts containers that the plan did not know of")
+            else:
+                self._run(report, aid, a, lambda n=a.node: self.ops.power_off(n, f"plan {plan_id}: emptied"))
+        return report

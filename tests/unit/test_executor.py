@@ -1,0 +1,160 @@
+"""The plan executor and the controller's live path with fake node operations: order, journal
+before/after every action, and the rules that keep a failed step from cascading."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from db.store import ActionState, Store
+from orchestrator.config import demo_inventory, demo_snapshot
+from orchestrator.controller import Controller, ControllerSettings, Services
+from orchestrator.errors import PowerError, StoreError
+from orchestrator.executor import PlanExecutor
+from orchestrator.model import ClusterSnapshot
+from orchestrator.plan import Action, ActionKind, Plan
+from orchestrator.planning import make_plan
+
+
+class FakeOps:
+    """Records calls and the journal state each action had while it ran."""
+
+    def __init__(self, store: Store, fail_power_on: set[str] = frozenset(), fail_containers: set[str] = frozenset(),
+                 busy_nodes: set[str] = frozenset()) -> None:
+        self.store = store
+        self.calls: list[tuple[str, str]] = []
+        self.seen_states: list[str] = []
+        self.fail_power_on = fail_power_on
+        self.fail_containers = fail_containers
+        self.busy_nodes = busy_nodes
+
+    def _state_now(self) -> str:
+        return [a.state.value for a in self.store.list_actions() if a.state is ActionState.ONGOING][-1]
+
+    def power_on(self, node: str, reason: str) -> None:
+        self.calls.append(("power_on", node))
+        self.seen_states.append(self._state_now())
+        if node in self.fail_power_on:
+            raise PowerError(f"node {node}: did not answer within 60 s")
+
+    def power_off(self, node: str, reason: str) -> None:
+        self.calls.append(("power_off", node))
+        self.seen_states.append(self._state_now())
+
+    def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
+        result = {}
+        for aid, a in actions:
+            self.calls.append(("migrate", a.container or ""))
+            state = ActionState.ROLLED_BACK if a.container in self.fail_containers else ActionState.SUCCEEDED
+            self.store.set_action_state(aid, state)
+            result[aid] = state
+        return result
+
+    def pin(self, node: str) -> None:
+        self.calls.append(("pin", node))
+
+    def hosts_nothing(self, node: str) -> bool:
+        return node not in self.busy_nodes
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as s:
+        yield s
+
+
+def consolidating_plan(store: Store) -> tuple[Plan, int]:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    plan = replace(make_plan(inv, snap, time_limit_s=5), dry_run=False)
+    assert plan.migrations and any(a.kind is ActionKind.POWER_OFF for a in plan.actions)
+    return plan, store.save_plan(plan, inventory="demo", snapshot=snap)
+
+
+def test_actions_run_in_order_and_are_journaled_before_and_after(store: Store) -> None:
+    plan, plan_id = consolidating_plan(store)
+    ops = FakeOps(store)
+    report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
+    kinds = [k for k, _ in ops.calls if k != "pin"]
+    assert kinds.index("power_off") > max(i for i, k in enumerate(kinds) if k == "migrate")
+    assert set(ops.seen_states) == {"ONGOING"}
+    assert {a.state for a in store.list_actions(plan_id=plan_id)} == {ActionState.SUCCEEDED}
+    assert report.count(ActionState.SUCCEEDED) == len(plan.actions)
+    emptied = {a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF}
+    pinned = {n for k, n in ops.calls if k == "pin"}
+    assert pinned and not pinned & emptied
+
+
+def test_a_rolled_back_migration_keeps_its_source_on(store: Store) -> None:
+    plan, plan_id = consolidating_plan(store)
+    off = next(a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF)
+    stuck = next(a.container for a in plan.migrations if a.source == off)
+    report = PlanExecutor(store, FakeOps(store, fail_containers={stuck}), log=lambda _: None).execute(plan, plan_id)
+    rows = {(a.kind, a.node): a for a in store.list_actions(plan_id=plan_id)}
+    assert rows[("power_off", off)].state is ActionState.SKIPPED
+    assert stuck in (rows[("power_off", off)].detail or "")
+    assert report.count(ActionState.ROLLED_BACK) == 1
+
+
+def test_unknown_containers_keep_a_node_on(store: Store) -> None:
+    plan, plan_id = consolidating_plan(store)
+    off = next(a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF)
+    ops = FakeOps(store, busy_nodes={off})
+    PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
+    assert ("power_off", off) not in ops.calls
+
+
+def test_a_node_that_does_not_wake_gets_no_work(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    plan = Plan(
+        policy="test",
+        actions=(Action.power_on("node-8"), Action.migrate(snap.containers[0].name, snap.containers[0].node, "node-8")),
+        before=make_plan(inv, snap, policy="noop").before,
+        after=make_plan(inv, snap, policy="noop").after,
+        solver=make_plan(inv, snap, policy="noop").solver,
+        dry_run=False,
+    )
+    plan_id = store.save_plan(plan, inventory="demo", snapshot=snap)
+    ops = FakeOps(store, fail_power_on={"node-8"})
+    PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
+    states = [a.state for a in store.list_actions(plan_id=plan_id)]
+    assert states == [ActionState.FAILED, ActionState.SKIPPED]
+    assert [k for k, _ in ops.calls] == ["power_on"]
+
+
+def test_stop_request_skips_what_has_not_started(store: Store) -> None:
+    plan, plan_id = consolidating_plan(store)
+    ops = FakeOps(store)
+    PlanExecutor(store, ops, log=lambda _: None, stop_requested=lambda: True).execute(plan, plan_id)
+    assert ops.calls == []
+    assert {a.state for a in store.list_actions(plan_id=plan_id)} == {ActionState.SKIPPED}
+
+
+def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str]) -> Services:
+    accounted: list[int] = []
+    return Services(
+        observe=lambda: snap,
+        ops=FakeOps(store),
+        reconcile=lambda: reconciled,
+        adjust_plan=lambda plan, _snap: plan,
+        account_energy=lambda _snap, plan_id: accounted.append(plan_id),
+    )
+
+
+def test_live_controller_holds_the_lock_reconciles_and_executes(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    settings = ControllerSettings(dry_run=False, time_limit_s=5)
+    first = Controller(inv, store, settings, services=fake_services(store, snap, ["migration 7: rolled back"]))
+    first.start()
+    second = Controller(inv, store, settings, services=fake_services(store, snap, []))
+    with pytest.raises(StoreError, match="locked by controller"):
+        second.run_once()
+    plan = first.run_once()  # releases the lock when done
+    assert not plan.dry_run
+    assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
+    second.run_once()
