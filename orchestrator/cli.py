@@ -112,15 +112,48 @@ class GroupBy(StrEnum):
     CONTAINER = "container"
 
 
-def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
-    table = Table(title=title)
+#: What a person wants to see per kind of history; `--json` has every field.
+TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "plans": (("plan_id", "plan"), ("created_at", "when"), ("policy", "policy"), ("dry_run", "dry run"),
+              ("migrations", "moves"), ("actions", "actions"), ("before.nodes_on", "on before"),
+              ("after.nodes_on", "on after"), ("before.power_w", "W before"), ("after.power_w", "W after"),
+              ("solver.status", "solver"), ("solver.seconds", "s")),
+    "actions": (("plan_id", "plan"), ("index", "#"), ("kind", "action"), ("container", "container"),
+                ("source", "from"), ("target", "to"), ("node", "node"), ("state", "state"),
+                ("started_at", "started"), ("detail", "detail")),
+    "migrations": (("id", "id"), ("container", "container"), ("source", "from"), ("target", "to"),
+                   ("state", "state"), ("frozen_ms", "frozen ms"), ("total_ms", "total ms"),
+                   ("bytes", "bytes"), ("started_at", "started"), ("reason", "reason")),
+    "power": (("node", "node"), ("action", "action"), ("state", "state"), ("at", "at"),
+              ("reason", "reason"), ("detail", "detail")),
+    "energy": (("node", "node"), ("container", "container"), ("start", "start"), ("end", "end"),
+               ("energy_j", "energy (J)"), ("source", "source")),
+}
+
+
+def _cell(row: dict[str, Any], path: str) -> str:
+    value: Any = row
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:,.1f}"
+    if isinstance(value, str) and len(value) > 19 and value[10:11] == "T":  # ISO time: drop zone and fraction
+        return value[:19].replace("T", " ")
+    return str(value)
+
+
+def print_rows(kind: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
-        out.print(f"{title}: nothing recorded in that period")
+        out.print(f"{kind}: nothing recorded in that period")
         return
-    for key in rows[0]:
-        table.add_column(key)
+    columns = [(k, title) for k, title in TABLE_COLUMNS[kind] if any(_cell(r, k) for r in rows)]
+    table = Table(title=f"{kind} ({len(rows)})")
+    for _, title in columns:
+        table.add_column(title, overflow="fold")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
+        table.add_row(*(_cell(row, k) for k, _ in columns))
     out.print(table)
 
 
