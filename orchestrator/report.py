@@ -1,8 +1,9 @@
 """`peakpack report`: history as pictures. Reads the same JSON rows `peakpack history --json`
-prints, draws PNGs with matplotlib and ties them together in one self-contained HTML page."""
+prints, draws PNGs with matplotlib and ties them together in one self-contained HTML page (PNGs inlined, also written beside it)."""
 
 from __future__ import annotations
 
+import base64
 import html
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -134,6 +135,12 @@ def _table(rows: list[Row], keys: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _img(path: Path) -> str:
+    """Inline the PNG so the page can be mailed or archived as one file; the PNGs stay beside it."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(path.stem)}"></p>'
+
+
 def write_report(h: History, out: Path, title: str = "peakpack report") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     images = [f(h, out) for f in (plot_nodes_on, plot_power, plot_energy, plot_migrations, plot_downtime)]
@@ -149,7 +156,7 @@ table{{border-collapse:collapse;font-size:small}}td,th{{border:1px solid #ccc;pa
 <p><span class="kpi">{len(h.plans)} plans</span><span class="kpi">{len(h.migrations)} migrations</span>
 <span class="kpi">median downtime {median}</span><span class="kpi">{total_kj:.1f} kJ measured</span>
 <span class="kpi">{len(h.power)} power events</span></p>
-{''.join(f'<p><img src="{name}" alt="{name}"></p>' for name in images)}
+{''.join(_img(out / name) for name in images)}
 <h2>Recent migrations</h2>
 {_table(h.migrations[-20:], ["container", "source", "target", "state", "frozen_ms", "started_at"])}
 <h2>Power events</h2>

@@ -1,0 +1,40 @@
+"""`peakpack report` from a real store: an HTML page with the plots inlined and the key figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from db.store import EnergyRow, MigrationState, Store
+from orchestrator.config import demo_inventory, demo_snapshot
+from orchestrator.planning import make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pp.db'}"
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=30)
+    with Store.open(url) as store:
+        store.save_plan(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
+        for frozen in (800.0, 1200.0, 5000.0):
+            mid = store.begin_migration("web-1", "node-1", "node-2")
+            store.finish_migration(mid, MigrationState.SUCCEEDED, frozen_ms=frozen, total_ms=frozen * 2)
+        store.add_energy([EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 60_000.0, "rapl"),
+                          EnergyRow("node-2", t0, t0 + timedelta(minutes=10), 30_000.0, "rapl")])
+        ev = store.begin_power_event("node-3", "power_off")
+        store.finish_power_event(ev, "SUCCEEDED")
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "report", "--out", str(out), "--db", url],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    page = (out / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 5
+    for name in ("nodes_on", "power", "energy", "migrations", "downtime"):
+        assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "3 migrations" in page and "median downtime 1200 ms" in page and "90.0 kJ measured" in page
+    assert "node-3" in page and "power_off" in page
