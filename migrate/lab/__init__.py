@@ -1,0 +1,8 @@
+"""`peakpack lab`: a real cluster on one Linux host. Each node is a network namespace on a private
+bridge with its own sshd, dockerd (--experimental, CRIU), IPMI BMC (pyghmi, UDP) and a
+powercap-style RAPL counter driven by its containers' CPU use."""
+
+from .layout import LabLayout, NodeLayout
+from .lab import Lab
+
+__all__ = ["Lab", "LabLayout", "NodeLayout"]

@@ -1,0 +1,314 @@
+"""Bring a lab up, report on it, run commands on its nodes, take it down (idempotently)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .image import LAB_IMAGE, build_rootfs_tar
+from .layout import STATE_FILE, LabLayout, NodeLayout
+from .node import (
+    CGROUP_ROOT,
+    DAEMON_PATH,
+    LabError,
+    docker,
+    netns_pids,
+    powered,
+    read_pid,
+    sh,
+    start_node,
+    stop_node,
+    wait_for,
+)
+
+REQUIRED = ("ip", "nsenter", "dockerd", "docker", "ssh", "ssh-keygen", "ipmitool", "criu", "rsync")
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    address: str
+    powered: bool
+    sshd: bool
+    dockerd: bool
+    containers: int | None
+    bmc: str
+    energy_uj: int | None
+
+    def to_json(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("PEAKPACK_LAB_DIR", "/var/lib/peakpack/lab"))
+
+
+class Lab:
+    def __init__(self, folder: Path | None = None) -> None:
+        self.dir = (folder or default_dir()).resolve()
+
+    @property
+    def layout(self) -> LabLayout:
+        lab = LabLayout.load(self.dir)
+        if lab is None:
+            raise LabError(f"--dir: no lab in {self.dir}; start one with `peakpack lab up --dir {self.dir}`")
+        return lab
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.dir / "inventory.toml"
+
+    def is_up(self) -> bool:
+        lab = LabLayout.load(self.dir)
+        return lab is not None and any(Path(f"/var/run/netns/{n.netns}").exists() for n in lab.nodes)
+
+    # -- up -------------------------------------------------------------------------------------
+
+    def up(self, nodes: int = 3, cpus: int = 2, log=print) -> LabLayout:  # type: ignore[no-untyped-def]
+        if os.geteuid() != 0:
+            raise LabError("lab up: needs root (network namespaces, dockerd); run it with sudo")
+        if not 1 <= nodes <= 40:
+            raise LabError(f"--nodes: {nodes} is out of range; use 1..40")
+        if cpus < 1:
+            raise LabError(f"--cpus: {cpus} must be >= 1")
+        missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
+        if missing:
+            raise LabError(f"lab up: {', '.join(missing)} missing; run sudo scripts/install-system-deps.sh")
+        if self.is_up():
+            raise LabError(f"--dir: a lab is already running in {self.dir} ({len(self.layout.nodes)} nodes); "
+                           "use it, or `peakpack lab down` first")
+        if self.dir.exists() and any(self.dir.iterdir()):
+            self.down(log=lambda _: None)  # leftovers of a crashed lab
+        lab = LabLayout.plan(self.dir, nodes, cpus)
+        for n in lab.nodes:
+            n.dir.mkdir(parents=True, exist_ok=True)
+        lab.save()
+        try:
+            log(f"keys and secrets for {nodes} nodes")
+            self._keys(lab)
+            log(f"network: bridge {lab.bridge} on {lab.subnet}.0/24")
+            self._network(lab)
+            self._daemon(lab)
+            log("starting dockerd and sshd on every node")
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(start_node, lab.nodes))
+            for n in lab.nodes:
+                wait_for(lambda n=n: _port_open(n.address, 22), 30, f"{n.name}: sshd does not answer")
+            log(f"image {LAB_IMAGE} on every node")
+            tar = build_rootfs_tar(lab.dir / "busybox-rootfs.tar")
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(lambda n: docker(n, "import", str(tar), LAB_IMAGE), lab.nodes))
+            self._write_inventory(lab)
+        except BaseException:
+            self.down(log=lambda _: None)
+            raise
+        log(f"lab up: {nodes} nodes; inventory {lab.inventory}")
+        return lab
+
+    def _keys(self, lab: LabLayout) -> None:
+        lab.keys.mkdir(mode=0o700, exist_ok=True)
+        (lab.dir / "secrets").mkdir(mode=0o700, exist_ok=True)
+        for key in ("id_ed25519", "peer_ed25519"):
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"peakpack-lab-{key}", "-f", str(lab.keys / key)])
+        authorized = "".join((lab.keys / f"{k}.pub").read_text() for k in ("id_ed25519", "peer_ed25519"))
+        known = []
+        for n in lab.nodes:
+            host_key = n.dir / "ssh_host_ed25519_key"
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", n.name, "-f", str(host_key)])
+            known.append(f"{n.address} {' '.join((n.dir / 'ssh_host_ed25519_key.pub').read_text().split()[:2])}\n")
+            (n.dir / "authorized_keys").write_text(authorized)
+            (n.dir / "authorized_keys").chmod(0o600)
+            password = lab.dir / "secrets" / f"{n.name}.bmc"
+            password.write_text(secrets.token_urlsafe(12) + "\n")
+            password.chmod(0o600)
+            env = {
+                "DOCKER_HOST": f"unix://{n.docker_sock}",
+                "NODE_NAME": n.name,
+                "PEAKPACK_POWERCAP_ROOT": str(n.powercap),
+                "PEAKPACK_PEER_IDENTITY": str(lab.keys / "peer_ed25519"),
+                "PEAKPACK_PEER_KNOWN_HOSTS": str(lab.keys / "known_hosts"),
+                "PATH": DAEMON_PATH,
+            }
+            (n.dir / "sshd_config").write_text("\n".join([
+                f"ListenAddress {n.address}",
+                "Port 22",
+                f"HostKey {host_key}",
+                f"PidFile {n.pidfile('sshd')}",
+                f"AuthorizedKeysFile {n.dir / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "MaxSessions 64",
+                "MaxStartups 64:30:128",
+                "SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()),
+                "Subsystem sftp internal-sftp",
+                "",
+            ]))
+        (lab.keys / "known_hosts").write_text("".join(known))
+
+    def _network(self, lab: LabLayout) -> None:
+        sh(["ip", "link", "add", lab.bridge, "type", "bridge"])
+        sh(["ip", "addr", "add", f"{lab.host_address}/24", "dev", lab.bridge])
+        sh(["ip", "link", "set", lab.bridge, "up"])
+        for n in lab.nodes:
+            peer = f"{lab.prefix}n{n.index}"
+            sh(["ip", "netns", "add", n.netns])
+            sh(["ip", "link", "add", n.host_veth, "type", "veth", "peer", "name", peer])
+            sh(["ip", "link", "set", n.host_veth, "master", lab.bridge, "up"])
+            sh(["ip", "link", "set", peer, "netns", n.netns])
+            ns = ["ip", "-n", n.netns]
+            sh([*ns, "link", "set", peer, "name", "eth0"])
+            sh([*ns, "addr", "add", f"{n.address}/24", "dev", "eth0"])
+            sh([*ns, "link", "set", "eth0", "up"])
+            sh([*ns, "link", "set", "lo", "up"])
+
+    def _daemon(self, lab: LabLayout) -> None:
+        ready = lab.dir / "labd.ready"
+        with open(lab.dir / "labd.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "migrate.lab.daemon", str(lab.dir)], stdout=log,
+                                    stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=Path(__file__).resolve().parents[2])
+        (lab.dir / "labd.pid").write_text(f"{proc.pid}\n")
+        wait_for(ready.exists, 30, f"lab daemon did not start; see {lab.dir / 'labd.log'}")
+
+    def _write_inventory(self, lab: LabLayout) -> None:
+        lines = [
+            "# Written by `peakpack lab up`: the lab's nodes, keys and BMCs. Paths are relative to this file.",
+            "[cluster]", 'name = "lab"', "cap = 0.70", "memory_cap = 0.95", "epoch_seconds = 60", "",
+        ]
+        for n in lab.nodes:
+            port = int((n.dir / "bmc.port").read_text())
+            lines += [
+                "[[nodes]]", f'name = "{n.name}"', f'address = "{n.address}"', f"cpus = {lab.cpus}",
+                "memory_mb = 4096", 'role = "worker"', "power_managed = true",
+                "[nodes.power]", f"idle_w = {lab.idle_w:g}", f"max_w = {lab.max_w:g}",
+                "[nodes.ssh]", 'user = "root"', "port = 22", 'identity_file = "keys/id_ed25519"',
+                'known_hosts = "keys/known_hosts"',
+                "[nodes.bmc]", f'address = "{lab.host_address}"', f"port = {port}", 'username = "admin"',
+                f'password_file = "secrets/{n.name}.bmc"',
+                "cipher_suite = 3  # pyghmi's BMC server offers suite 3 only (real BMCs: keep the default 17)", "",
+            ]
+        lab.inventory.write_text("\n".join(lines))
+
+    # -- status / exec ------------------------------------------------------------------------------
+
+    def status(self) -> list[NodeStatus]:
+        lab = self.layout
+        result = []
+        for n in lab.nodes:
+            dockerd = read_pid(n.pidfile("dockerd")) is not None
+            containers = None
+            if dockerd:
+                proc = docker(n, "ps", "-aq", check=False, timeout=10)
+                containers = len(proc.stdout.split()) if proc.returncode == 0 else None
+            try:
+                energy: int | None = int((n.rapl_zone / "energy_uj").read_text())
+            except (OSError, ValueError):
+                energy = None
+            port = (n.dir / "bmc.port").read_text().strip() if (n.dir / "bmc.port").exists() else "?"
+            result.append(NodeStatus(
+                name=n.name, address=n.address, powered=powered(n), sshd=read_pid(n.pidfile("sshd")) is not None,
+                dockerd=dockerd, containers=containers, bmc=f"{lab.host_address}:{port}", energy_uj=energy,
+            ))
+        return result
+
+    def ssh_argv(self, node: str) -> list[str]:
+        lab = self.layout
+        try:
+            n = lab.node(node)
+        except KeyError:
+            raise LabError(f"NODE: {node!r} is not in the lab; use one of {', '.join(x.name for x in lab.nodes)}") from None
+        return ["ssh", "-i", str(lab.keys / "id_ed25519"), "-o", f"UserKnownHostsFile={lab.keys / 'known_hosts'}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                f"root@{n.address}"]
+
+    def exec(self, node: str, argv: list[str], timeout: float | None = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.ssh_argv(node), "--", shlex.join(argv)], capture_output=True, text=True,
+                              timeout=timeout)
+
+    def node(self, name: str) -> NodeLayout:
+        return self.layout.node(name)
+
+    # -- down -----------------------------------------------------------------------------------
+
+    def down(self, log=print) -> None:  # type: ignore[no-untyped-def]
+        lab = LabLayout.load(self.dir)
+        if lab is None:
+            log(f"lab down: nothing to do in {self.dir}")
+            if self.dir.exists() and not any(self.dir.iterdir()):
+                self.dir.rmdir()
+            return
+        pid = read_pid(lab.dir / "labd.pid")
+        if pid:
+            os.killpg(pid, signal.SIGKILL) if _is_group_leader(pid) else os.kill(pid, signal.SIGKILL)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(stop_node, lab.nodes))
+        for n in lab.nodes:
+            for pid in netns_pids(n):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            sh(["ip", "netns", "del", n.netns], check=False)
+            sh(["ip", "link", "del", n.host_veth], check=False)
+            shutil.rmtree(n.exec_root, ignore_errors=True)
+            _remove_cgroups(n.cgroup)
+        sh(["ip", "link", "del", lab.bridge], check=False)
+        _unmount_under(lab.dir)
+        time.sleep(0.2)
+        shutil.rmtree(lab.dir, ignore_errors=True)
+        if lab.dir.exists():
+            _unmount_under(lab.dir)
+            shutil.rmtree(lab.dir)
+        log(f"lab down: removed {lab.dir}")
+
+
+def _is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def _port_open(address: str, port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _unmount_under(folder: Path) -> None:
+    prefix = str(folder) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True)
+
+
+def _remove_cgroups(name: str) -> None:
+    if not CGROUP_ROOT.is_dir():
+        return
+    for controller in CGROUP_ROOT.iterdir():
+        top = controller / name
+        if top.is_dir():
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+                try:
+                    d.rmdir()  # cgroup folders go with rmdir only, innermost first
+                except OSError:
+                    pass
+
+
+__all__ = ["Lab", "NodeStatus", "STATE_FILE", "default_dir"]

@@ -1,0 +1,110 @@
+"""Where everything of one lab lives, derived from its folder alone, so several labs run side by
+side (tests, helpers, an operator's demo) without sharing a name, a subnet or a port."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STATE_FILE = "lab.json"
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    name: str          # node-1 ..
+    index: int         # 1 ..
+    netns: str         # ppXXXX-n1
+    address: str       # 10.a.b.(10+index)
+    dir: Path          # DIR/nodes/node-1
+    host_veth: str     # ppXXXXh1 (on the bridge)
+    exec_root: Path    # /run/ppXXXX-n1 (short: docker puts sockets there)
+    cgroup: str        # ppXXXX-n1, the --cgroup-parent of this node's containers
+
+    @property
+    def docker_sock(self) -> Path:
+        return self.dir / "docker.sock"
+
+    @property
+    def powercap(self) -> Path:
+        return self.dir / "powercap"
+
+    @property
+    def rapl_zone(self) -> Path:
+        return self.powercap / "intel-rapl:0"
+
+    @property
+    def power_file(self) -> Path:
+        """'on' or 'off': the node's power state as its BMC reports it."""
+        return self.dir / "power"
+
+    def pidfile(self, what: str) -> Path:
+        return self.dir / f"{what}.pid"
+
+    def log(self, what: str) -> Path:
+        return self.dir / f"{what}.log"
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    dir: Path
+    prefix: str        # pp + 4 hex digits of the folder's hash
+    subnet: str        # 10.a.b (a /24)
+    nodes: tuple[NodeLayout, ...]
+    cpus: int
+    idle_w: float
+    max_w: float
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.prefix}br"
+
+    @property
+    def host_address(self) -> str:
+        return f"{self.subnet}.1"
+
+    @property
+    def keys(self) -> Path:
+        return self.dir / "keys"
+
+    @property
+    def inventory(self) -> Path:
+        return self.dir / "inventory.toml"
+
+    def node(self, name: str) -> NodeLayout:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @classmethod
+    def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0) -> "LabLayout":
+        folder = folder.resolve()
+        digest = hashlib.sha256(str(folder).encode()).digest()
+        prefix = "pp" + digest[:2].hex()
+        subnet = f"10.{200 + digest[2] % 50}.{digest[3]}"
+        layouts = tuple(
+            NodeLayout(
+                name=f"node-{i}", index=i, netns=f"{prefix}-n{i}", address=f"{subnet}.{10 + i}",
+                dir=folder / "nodes" / f"node-{i}", host_veth=f"{prefix}h{i}",
+                exec_root=Path("/run") / f"{prefix}-n{i}", cgroup=f"{prefix}-n{i}",
+            )
+            for i in range(1, nodes + 1)
+        )
+        return cls(folder, prefix, subnet, layouts, cpus, idle_w, max_w)
+
+    def save(self) -> None:
+        d = asdict(self)
+        (self.dir / STATE_FILE).write_text(json.dumps(d, default=str, indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> "LabLayout | None":
+        path = folder.resolve() / STATE_FILE
+        if not path.exists():
+            return None
+        d = json.loads(path.read_text())
+        nodes = tuple(
+            NodeLayout(**{**n, "dir": Path(n["dir"]), "exec_root": Path(n["exec_root"])}) for n in d["nodes"]
+        )
+        return cls(Path(d["dir"]), d["prefix"], d["subnet"], nodes, d["cpus"], d["idle_w"], d["max_w"])
