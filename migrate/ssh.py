@@ -1,0 +1,183 @@
+"""SSH to the nodes (the only module that imports asyncssh).
+
+One connection per node, reused by every command (asyncssh multiplexes sessions). Host keys are
+always verified against the inventory's pinned known_hosts: a changed key is a HostKeyError,
+never a prompt or a silent accept. Commands are argv lists joined with shlex.join. Connection
+failures are retried a bounded number of times; a command that does not finish within its
+timeout is an error naming the node.
+
+`RemoteShell` is the synchronous facade for the CLI and the controller: it owns an event loop in
+a background thread, so callers can also run many commands concurrently with `gather`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import threading
+from collections.abc import Awaitable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import asyncssh
+
+from orchestrator.errors import HostKeyError, NodeError
+from orchestrator.model import Inventory, NodeSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+class SshPool:
+    def __init__(self, inventory: Inventory, connect_timeout: float = 10.0, retries: int = 2) -> None:
+        self.inventory = inventory
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self._conns: dict[str, asyncssh.SSHClientConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _spec(self, node: str) -> NodeSpec:
+        try:
+            spec = self.inventory.node(node)
+        except KeyError:
+            raise NodeError(node, "not in the inventory") from None
+        if spec.ssh is None or spec.ssh.known_hosts is None:
+            raise NodeError(node, "no [nodes.ssh] known_hosts in the inventory; add the node's pinned host key")
+        return spec
+
+    async def _connect(self, node: str) -> asyncssh.SSHClientConnection:
+        spec = self._spec(node)
+        ssh = spec.ssh
+        assert ssh is not None
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                return await asyncio.wait_for(
+                    asyncssh.connect(
+                        spec.address, port=ssh.port, username=ssh.user,
+                        client_keys=[str(ssh.identity_file)] if ssh.identity_file else None,
+                        known_hosts=str(ssh.known_hosts), agent_path=None, keepalive_interval=15,
+                    ),
+                    self.connect_timeout,
+                )
+            except asyncssh.HostKeyNotVerifiable as exc:
+                raise HostKeyError(node, f"host key does not match {ssh.known_hosts} ({exc.reason}); "
+                                         "if the node was reinstalled, update the pinned key") from None
+            except asyncssh.PermissionDenied:
+                raise NodeError(node, f"SSH login as {ssh.user} refused; check identity_file and the node's "
+                                      "authorized_keys") from None
+            except (OSError, asyncio.TimeoutError, asyncssh.Error) as exc:
+                last = exc
+                await asyncio.sleep(0.5 * (attempt + 1))
+        raise NodeError(node, f"SSH to {spec.address}:{ssh.port} failed: {_describe(last)}")
+
+    async def connection(self, node: str) -> asyncssh.SSHClientConnection:
+        lock = self._locks.setdefault(node, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(node)
+            if conn is None or conn.is_closed():
+                conn = self._conns[node] = await self._connect(node)
+            return conn
+
+    async def run(self, node: str, argv: Sequence[str], *, timeout: float = 120.0, check: bool = True,
+                  input: str | None = None) -> CommandResult:
+        command = shlex.join(argv)
+        for attempt in range(2):  # a pooled connection may have died since its last use
+            conn = await self.connection(node)
+            try:
+                proc = await asyncio.wait_for(conn.run(command, input=input, check=False), timeout)
+                break
+            except asyncio.TimeoutError:
+                raise NodeError(node, f"`{_short(command)}` did not finish within {timeout:g} s") from None
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, BrokenPipeError, ConnectionResetError) as exc:
+                self._conns.pop(node, None)
+                if attempt:
+                    raise NodeError(node, f"connection lost during `{_short(command)}`: {_describe(exc)}") from None
+            except asyncssh.ChannelOpenError as exc:
+                self._conns.pop(node, None)
+                if attempt:
+                    raise NodeError(node, f"cannot open a session: {_describe(exc)}") from None
+        result = CommandResult(proc.exit_status if proc.exit_status is not None else 255,
+                               _text(proc.stdout), _text(proc.stderr))
+        if check and not result.ok:
+            last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or [f"exit {result.exit_status}"]
+            raise NodeError(node, f"`{_short(command)}` failed: {last[0]}")
+        return result
+
+    def forget(self, node: str) -> None:
+        """Drop a node's connection (it was powered off, or its key changed)."""
+        conn = self._conns.pop(node, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        for conn in list(self._conns.values()):
+            await conn.wait_closed()
+        self._conns.clear()
+
+
+class RemoteShell:
+    """Synchronous access to an SshPool running on its own event loop thread."""
+
+    def __init__(self, inventory: Inventory, **kw: Any) -> None:
+        self.inventory = inventory
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="peakpack-ssh", daemon=True)
+        self._thread.start()
+        self.pool = SshPool(inventory, **kw)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def run(self, node: str, argv: Sequence[str], **kw: Any) -> CommandResult:
+        return self.call(self.pool.run(node, argv, **kw))
+
+    def gather(self, calls: Sequence[Awaitable[T]]) -> list[T | BaseException]:
+        async def all_of() -> list[T | BaseException]:
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+        return self.call(all_of())
+
+    def forget(self, node: str) -> None:
+        self.loop.call_soon_threadsafe(self.pool.forget, node)
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.call(self.pool.close(), timeout=10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "RemoteShell":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _text(data: object) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+
+
+def _short(command: str) -> str:
+    return command if len(command) <= 80 else command[:77] + "..."
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
