@@ -206,6 +206,8 @@ class EnergySample:
     source: str  # rapl, dcmi
     energy_uj: int | None = None
     power_w: float | None = None
+    zone: str = ""                       # RAPL zone (intel-rapl:0, ...): each wraps on its own
+    max_energy_range_uj: int | None = None
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,9 @@ class EnergySampleRow(Base):
     node: Mapped[str] = mapped_column(String(200), index=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
     source: Mapped[str] = mapped_column(String(10))
+    zone: Mapped[str] = mapped_column(String(40), default="")
     energy_uj: Mapped[int | None] = mapped_column(BigInteger)
+    max_energy_range_uj: Mapped[int | None] = mapped_column(BigInteger)
     power_w: Mapped[float | None] = mapped_column(Float)
 
 

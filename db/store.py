@@ -399,8 +399,9 @@ class Store:
 
     def add_energy_samples(self, samples: Sequence[EnergySample]) -> None:
         with self._tx() as s:
-            s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, energy_uj=x.energy_uj,
-                                      power_w=x.power_w) for x in samples)
+            s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, zone=x.zone, energy_uj=x.energy_uj,
+                                      max_energy_range_uj=x.max_energy_range_uj, power_w=x.power_w)
+                      for x in samples)
 
     def energy_samples(self, node: str, source: str, since: datetime | None = None) -> list[EnergySample]:
         q = (select(EnergySampleRow).where(EnergySampleRow.node == node, EnergySampleRow.source == source)
@@ -408,7 +409,8 @@ class Store:
         if since is not None:
             q = q.where(EnergySampleRow.at >= since)
         with self._tx() as s:
-            return [EnergySample(node=r.node, at=r.at, source=r.source, energy_uj=r.energy_uj, power_w=r.power_w)
+            return [EnergySample(node=r.node, at=r.at, source=r.source, energy_uj=r.energy_uj, power_w=r.power_w,
+                                 zone=r.zone, max_energy_range_uj=r.max_energy_range_uj)
                     for r in s.scalars(q)]
 
     def add_energy(self, rows: Sequence[EnergyRow]) -> None:

@@ -205,10 +205,14 @@ class Migration:
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes to {shlex.quote(self.dst_checkpoint)}"
 
+    def restore_timeout(self) -> float:
+        """CRIU restores at ~25 MB/s here; allow 5 MB/s plus a minute before calling it stuck."""
+        return 60.0 + (self.t.bytes or 0) / 5e6
+
     async def restore(self) -> None:
         t0 = time.monotonic()
         await self.ssh.run(self.target, ["docker", "start", "--checkpoint", checkpoint_name(self.mid), self.container],
-                           timeout=900)
+                           timeout=self.restore_timeout())
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
@@ -226,8 +230,8 @@ class Migration:
     async def _remove_target_quietly(self) -> None:
         if not self.target_id:
             return
-        try:
-            await self.ssh.run(self.target, ["docker", "rm", "-f", self.container], check=False)
+        try:  # also ends a restore that hangs on the target
+            await self.ssh.run(self.target, ["docker", "rm", "-f", self.container], check=False, timeout=60)
         except PeakpackError:
             pass
 
@@ -239,7 +243,7 @@ class Migration:
             await self._remove_target_quietly()
             if not await dk.is_running(self.ssh, self.source, self.container):
                 await self.ssh.run(self.source, ["docker", "start", "--checkpoint", checkpoint_name(self.mid),
-                                                 self.container], timeout=900)
+                                                 self.container], timeout=self.restore_timeout())
             await asyncio.sleep(0.3)
             if not await dk.is_running(self.ssh, self.source, self.container):
                 raise MigrationError(f"{self.container}: restored on {self.source} but not running")

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import InventoryError, SnapshotError
 from .model import (
     BmcConfig,
+    PowerPolicyConfig,
     ClusterConfig,
     ClusterSnapshot,
     Container,
@@ -52,6 +53,14 @@ class _Cluster(_Strict):
     cap: Annotated[float, Field(gt=0, le=1)] = 0.70
     memory_cap: Annotated[float, Field(gt=0, le=1)] = 0.95
     epoch_seconds: Annotated[int, Field(gt=0)] = 600
+
+
+class _PowerPolicy(_Strict):
+    grace_seconds: Annotated[float, Field(ge=0)] = 600.0
+    spare_nodes: Annotated[int, Field(ge=0)] = 0
+    boot_seconds: Annotated[float, Field(ge=0)] = 180.0
+    boot_power_w: Annotated[float, Field(ge=0)] | None = None
+    wake_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
 
 
 class _Power(_Strict):
@@ -111,6 +120,7 @@ class _Node(_Strict):
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
+    power_policy: _PowerPolicy = _PowerPolicy()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -257,7 +267,10 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
         raise InventoryError(f"{label}: {exc}") from None
     c = inv.cluster
     cluster = ClusterConfig(c.name, c.cap, c.memory_cap, c.epoch_seconds)
-    return Inventory(cluster=cluster, nodes=nodes, source=source)
+    pp = inv.power_policy
+    policy = PowerPolicyConfig(pp.grace_seconds, pp.spare_nodes, pp.boot_seconds, pp.boot_power_w,
+                               pp.wake_timeout_seconds)
+    return Inventory(cluster=cluster, nodes=nodes, source=source, power_policy=policy)
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:

@@ -53,7 +53,7 @@ class Services:
     ops: NodeOps
     reconcile: Callable[[], list[str]]
     adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
-    account_energy: Callable[[ClusterSnapshot, int], None]
+    account_energy: Callable[[ClusterSnapshot, int | None], None]
     close: Callable[[], None] = lambda: None
 
 
@@ -125,6 +125,8 @@ class Controller:
         self.start()
         self.store.refresh_lock(self.owner)
         snapshot = self.observe()
+        if not self.settings.dry_run and self.services is not None:
+            self.services.account_energy(snapshot, None)  # closes the interval since the last epoch
         plan = make_plan(
             self.inventory,
             snapshot,

@@ -108,10 +108,22 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class PowerPolicyConfig:
+    """When nodes may be switched off and on (inventory `[power_policy]`)."""
+
+    grace_seconds: float = 600.0      # a node must have hosted nothing this long before power-off
+    spare_nodes: int = 0              # empty powered nodes kept on as spare capacity
+    boot_seconds: float = 180.0       # power-on until the node answers SSH
+    boot_power_w: float | None = None  # draw while booting; default: the node's max_w
+    wake_timeout_seconds: float = 300.0  # a node not answering after this is quarantined
+
+
+@dataclass(frozen=True)
 class Inventory:
     cluster: ClusterConfig
     nodes: tuple[NodeSpec, ...]
     source: Path | None = None
+    power_policy: PowerPolicyConfig = field(default_factory=PowerPolicyConfig)
 
     def node(self, name: str) -> NodeSpec:
         return self.nodes_by_name[name]

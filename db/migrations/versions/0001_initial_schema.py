@@ -28,7 +28,9 @@ def upgrade() -> None:
     sa.Column('node', sa.String(length=200), nullable=False),
     sa.Column('at', sa.DateTime(), nullable=False),
     sa.Column('source', sa.String(length=10), nullable=False),
+    sa.Column('zone', sa.String(length=40), nullable=False),
     sa.Column('energy_uj', sa.BigInteger(), nullable=True),
+    sa.Column('max_energy_range_uj', sa.BigInteger(), nullable=True),
     sa.Column('power_w', sa.Float(), nullable=True),
     sa.PrimaryKeyConstraint('id')
     )
