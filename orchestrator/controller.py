@@ -99,6 +99,7 @@ class Controller:
         """Take the store's lock and, for a live controller, reconcile what a crash left behind."""
         if self._started:
             return
+        self._take_over_from_dead_local_holder()
         if not self.store.acquire_lock(self.owner, stale_after_s=max(120.0, 3.0 * self.settings.epoch_seconds)):
             holder = self.store.lock_holder()
             who = f"{holder[0]} (last seen {holder[1]:%Y-%m-%d %H:%M:%S} UTC)" if holder else "another controller"
@@ -109,6 +110,24 @@ class Controller:
         if not self.settings.dry_run and self.services is not None:
             for line in self.services.reconcile():
                 self.log(f"reconcile: {line}")
+
+    def _take_over_from_dead_local_holder(self) -> None:
+        """A controller on this host that died (kill -9, crash) leaves the lock behind; its process
+        is gone, so the lock can be released at once instead of waiting for it to go stale."""
+        holder = self.store.lock_holder()
+        if holder is None:
+            return
+        host, _, rest = holder[0].partition(":")
+        pid = rest.partition(":")[0]
+        if host != socket.gethostname() or not pid.isdigit():
+            return
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            self.log(f"taking over the store lock of controller {holder[0]}, which is no longer running")
+            self.store.release_lock(holder[0])
+        except PermissionError:
+            pass
 
     @property
     def metrics_port(self) -> int | None:

@@ -1,0 +1,258 @@
+"""Policies in the simulator.
+
+- `peakpack` and the planner baselines (`bestfit95`, `spread`, `ffd`) run the PRODUCTION planner
+  (`orchestrator.planning.make_plan` with the registry's policy), fed a snapshot whose demands are
+  a forecast from the recent trace (never the future).
+- `npa`, `thr-mmt-0.8`, `lr-mmt-1.2`: Beloglazov & Buyya's policies as in CloudSim 3.0.3 -
+  overload detection by static threshold or local regression (safety 1.2), minimum-migration-time
+  VM selection, power-aware best-fit-decreasing placement, and underload consolidation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import PeakpackError
+from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
+from ..plan import ActionKind
+from ..planning import make_plan
+from .engine import SimState
+
+#: planner units: cpus are counts of 10 MIPS, so heterogeneous hosts fit the planner's model
+MIPS_PER_CPU = 10.0
+
+
+# -- Beloglazov --------------------------------------------------------------------------------
+
+
+class Npa:
+    """Non power aware: every host on at full power; VMs placed once, never moved."""
+
+    name = "npa"
+    full_power = True
+
+    def decide(self, st: SimState) -> dict[int, int]:
+        if st.t:
+            return {}
+        hosts = len(st.s.host_mips)
+        return {vm: vm % hosts for vm in range(len(st.s.vm_names))}
+
+
+@dataclass
+class Beloglazov:
+    """Dynamic consolidation with MMT selection and PABFD placement."""
+
+    name: str
+    threshold: float = 0.8          # THR: overloaded above this utilization
+    regression_safety: float | None = None  # LR: overloaded if safety x forecast >= 1
+    history: int = 10
+    fallback_threshold: float = 0.7
+
+    def _overloaded(self, st: SimState, load: np.ndarray, hist: np.ndarray, host: int) -> bool:
+        cap = st.s.host_mips[host]
+        if self.regression_safety is None:
+            return load[host] / cap > self.threshold
+        if hist.shape[1] < self.history:
+            return load[host] / cap > self.fallback_threshold
+        u = hist[host] / cap
+        return self.regression_safety * _loess_forecast(u) >= 1.0
+
+    def decide(self, st: SimState) -> dict[int, int]:
+        s = st.s
+        demand = st.s.demand(st.observed)
+        if st.t == 0:
+            return _pabfd(st, list(range(len(demand))), demand, set(), self)
+        placement = st.placement.copy()
+        load = _loads(placement, demand, len(s.host_mips))
+        hist = _host_history(st, placement)
+        moves: dict[int, int] = {}
+        overloaded = [h for h in np.flatnonzero(load > 0) if self._overloaded(st, load, hist, int(h))]
+        to_place: list[int] = []
+        for h in overloaded:
+            vms = sorted(np.flatnonzero(placement == h), key=lambda v: s.vm_ram_mb[v])  # MMT
+            for vm in vms:
+                if not self._overloaded(st, load, hist, int(h)):
+                    break
+                load[h] -= demand[vm]
+                hist[h] -= st.history(self.history)[vm][-hist.shape[1]:] if hist.shape[1] else 0
+                placement[vm] = -1
+                to_place.append(int(vm))
+        excluded = {int(h) for h in overloaded}
+        placed = _pabfd_into(st, to_place, demand, excluded, self, placement, load, hist)
+        moves.update(placed)
+        # underload: empty the least-loaded hosts whose VMs all fit elsewhere
+        tried: set[int] = set(excluded) | set(placed.values())
+        while True:
+            candidates = [int(h) for h in np.flatnonzero(load > 0) if int(h) not in tried]
+            if not candidates:
+                break
+            h = min(candidates, key=lambda x: load[x] / s.host_mips[x])
+            tried.add(h)
+            vms = [int(v) for v in np.flatnonzero(placement == h)]
+            trial_p, trial_l, trial_h = placement.copy(), load.copy(), hist.copy()
+            for vm in vms:
+                trial_p[vm] = -1
+            trial_l[h] = 0
+            trial_h[h] = 0
+            got = _pabfd_into(st, vms, demand, tried, self, trial_p, trial_l, trial_h, only_active=True)
+            if len(got) == len(vms):
+                placement, load, hist = trial_p, trial_l, trial_h
+                moves.update(got)
+                tried.update(got.values())
+        return {vm: int(placement[vm]) for vm in moves}
+
+
+def _loads(placement: np.ndarray, demand: np.ndarray, hosts: int) -> np.ndarray:
+    load = np.zeros(hosts)
+    placed = placement >= 0
+    np.add.at(load, placement[placed], demand[placed])
+    return load
+
+
+def _host_history(st: SimState, placement: np.ndarray) -> np.ndarray:
+    hist_vm = st.history(10)
+    hist = np.zeros((len(st.s.host_mips), hist_vm.shape[1]))
+    placed = placement >= 0
+    np.add.at(hist, placement[placed], hist_vm[placed])
+    return hist
+
+
+def _loess_forecast(u: np.ndarray) -> float:
+    """CloudSim's local regression: tricube-weighted linear fit, forecast one step ahead."""
+    n = len(u)
+    x = np.arange(n, dtype=float)
+    d = (n - 1 - x) / n
+    w = (1 - d**3) ** 3
+    wx, wy = np.sum(w * x) / w.sum(), np.sum(w * u) / w.sum()
+    denom = np.sum(w * (x - wx) ** 2)
+    slope = np.sum(w * (x - wx) * (u - wy)) / denom if denom > 0 else 0.0
+    return float(wy + slope * (n - wx))
+
+
+def _pabfd(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[int], pol: Beloglazov) -> dict[int, int]:
+    p = np.full(len(demand), -1, dtype=int)
+    load = np.zeros(len(st.s.host_mips))
+    hist = np.zeros((len(st.s.host_mips), 0))
+    return _pabfd_into(st, vms, demand, excluded, pol, p, load, hist)
+
+
+def _pabfd_into(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[int], pol: Beloglazov,
+                placement: np.ndarray, load: np.ndarray, hist: np.ndarray, only_active: bool = False) -> dict[int, int]:
+    """Power-aware best fit decreasing: each VM (largest first) to the host whose power grows
+    least without becoming overloaded; an off host is woken only when no active host fits."""
+    s = st.s
+    result: dict[int, int] = {}
+    vm_hist = st.history(pol.history)
+    for vm in sorted(vms, key=lambda v: -demand[v]):
+        best, best_inc = -1, math.inf
+        for pass_active in (True, False):
+            if not pass_active and (only_active or best >= 0):
+                break
+            hosts = np.flatnonzero((load > 0) if pass_active else (load == 0))
+            for h in hosts:
+                h = int(h)
+                if h in excluded:
+                    continue
+                d = min(demand[vm], s.host_core_mips[h])
+                if load[h] + d > s.host_mips[h]:
+                    continue
+                load[h] += d
+                if hist.shape[1]:
+                    hist[h] += vm_hist[vm][-hist.shape[1]:]
+                over = pol._overloaded(st, load, hist, h)
+                load[h] -= d
+                if hist.shape[1]:
+                    hist[h] -= vm_hist[vm][-hist.shape[1]:]
+                if over:
+                    continue
+                before = s.host_curves[h].at(load[h] / s.host_mips[h]) if load[h] > 0 else 0.0
+                inc = s.host_curves[h].at((load[h] + d) / s.host_mips[h]) - before
+                if inc < best_inc:
+                    best, best_inc = h, inc
+        if best < 0:
+            if only_active:
+                return result
+            raise PeakpackError(f"simulation: no host can take VM {st.s.vm_names[vm]}")
+        d = min(demand[vm], s.host_core_mips[best])
+        load[best] += d
+        if hist.shape[1]:
+            hist[best] += vm_hist[vm][-hist.shape[1]:]
+        placement[vm] = best
+        result[vm] = best
+    return result
+
+
+# -- the production planner ----------------------------------------------------------------------
+
+
+@dataclass
+class PlannerPolicy:
+    """Any registry policy of the production planner, on a forecast snapshot every step."""
+
+    name: str
+    planner: str = "peakpack"
+    cap: float = 0.70
+    window: int = 6                 # forecast from the last 30 minutes
+    headroom: float = 1.0           # std deviations above the recent mean
+    time_limit_s: float = 2.0
+    _inventory: Inventory | None = field(default=None, init=False, repr=False)
+
+    def inventory(self, st: SimState) -> Inventory:
+        if self._inventory is None:
+            s = st.s
+            nodes = tuple(
+                NodeSpec(name=f"h{h}", address=f"10.{h // 250}.{h % 250}.1", cpus=int(s.host_mips[h] / MIPS_PER_CPU),
+                         memory_mb=4096, power=s.host_curves[h])
+                for h in range(len(s.host_mips))
+            )
+            self._inventory = Inventory(ClusterConfig("sim", cap=self.cap, memory_cap=1.0,
+                                                      epoch_seconds=s.step_seconds), nodes)
+        return self._inventory
+
+    def forecast(self, st: SimState) -> np.ndarray:
+        """Recent mean + headroom x std, never below the current demand, within one core."""
+        h = st.history(self.window)
+        pred = np.maximum(h[:, -1], h.mean(axis=1) + self.headroom * h.std(axis=1))
+        return np.minimum(pred, st.s.host_core_mips.max())
+
+    def decide(self, st: SimState) -> dict[int, int]:
+        s = st.s
+        inv = self.inventory(st)
+        pred = self.forecast(st)
+        first = st.t == 0
+        placement = st.placement if not first else np.zeros(len(pred), dtype=int)
+        if first:  # start from everything on the first host: the planner places it all
+            placement = _pabfd(st, list(range(len(pred))), pred, set(), Beloglazov("init", threshold=self.cap))
+            placement = np.array([placement[v] for v in range(len(pred))])
+        on = set(int(h) for h in placement)
+        snap = ClusterSnapshot(
+            nodes=tuple(NodeState(f"h{h}", powered=h in on) for h in range(len(s.host_mips))),
+            containers=tuple(Container(name=f"v{v}", node=f"h{int(placement[v])}", cpu=float(pred[v]) / MIPS_PER_CPU,
+                                       memory_mb=0.0) for v in range(len(pred))),
+        )
+        plan = make_plan(inv, snap, policy=self.planner, time_limit_s=self.time_limit_s)
+        moves = {v: int(placement[v]) for v in range(len(pred))} if first else {}
+        for a in plan.actions:
+            if a.kind is ActionKind.MIGRATE and a.container and a.target:
+                moves[int(a.container[1:])] = int(a.target[1:])
+        return moves
+
+
+POLICIES = {
+    "peakpack": lambda: PlannerPolicy("peakpack"),
+    "npa": Npa,
+    "thr-mmt-0.8": lambda: Beloglazov("thr-mmt-0.8", threshold=0.8),
+    "lr-mmt-1.2": lambda: Beloglazov("lr-mmt-1.2", regression_safety=1.2),
+    "bestfit95": lambda: PlannerPolicy("bestfit95", planner="bestfit95", cap=0.95),
+    "spread": lambda: PlannerPolicy("spread", planner="spread"),
+    "ffd": lambda: PlannerPolicy("ffd", planner="ffd"),
+}
+
+
+def get_sim_policy(name: str):  # type: ignore[no-untyped-def]
+    if name not in POLICIES:
+        raise PeakpackError(f"--policy: unknown {name!r}; use one of {', '.join(POLICIES)}")
+    return POLICIES[name]()
