@@ -273,13 +273,12 @@ def main() -> None:
         raise SystemExit(130)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code)
-    except Exception as exc:  # click usage errors come through here with standalone_mode off
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            raise SystemExit(2)
-        raise
+    except typer.TyperException as exc:  # usage errors (typer's own click) with standalone_mode off
+        show = getattr(exc, "show", None)
+        if show is None:
+            raise
+        show()
+        raise SystemExit(2)
     if isinstance(code, int) and code:
         raise SystemExit(code)
 
