@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import PeakpackError
 from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
 from ..plan import ActionKind
+from ..planner.problem import Weights
 from ..planning import make_plan
 from .engine import SimState
 
@@ -198,6 +199,7 @@ class PlannerPolicy:
     window: int = 6                 # forecast from the last 30 minutes
     headroom: float = 1.0           # std deviations above the recent mean
     time_limit_s: float = 2.0
+    migration_w: float | None = None  # None: the planner's default Weights
     _inventory: Inventory | None = field(default=None, init=False, repr=False)
 
     def inventory(self, st: SimState) -> Inventory:
@@ -233,7 +235,8 @@ class PlannerPolicy:
             containers=tuple(Container(name=f"v{v}", node=f"h{int(placement[v])}", cpu=float(pred[v]) / MIPS_PER_CPU,
                                        memory_mb=0.0) for v in range(len(pred))),
         )
-        plan = make_plan(inv, snap, policy=self.planner, time_limit_s=self.time_limit_s)
+        weights = Weights() if self.migration_w is None else Weights(migration_w=self.migration_w)
+        plan = make_plan(inv, snap, policy=self.planner, time_limit_s=self.time_limit_s, weights=weights)
         moves = {v: int(placement[v]) for v in range(len(pred))} if first else {}
         for a in plan.actions:
             if a.kind is ActionKind.MIGRATE and a.container and a.target:
