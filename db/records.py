@@ -3,7 +3,7 @@ the state enums that every writer of the journal shares."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -50,8 +50,19 @@ def iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat()
 
 
+class JsonRecord:
+    """`to_json`: every field, times as ISO 8601 strings, states as their names."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = iso(v) if isinstance(v, datetime) else v.value if isinstance(v, StrEnum) else v
+        return out
+
+
 @dataclass(frozen=True)
-class PlanRecord:
+class PlanRecord(JsonRecord):
     plan_id: int
     created_at: datetime
     inventory: str
@@ -63,23 +74,9 @@ class PlanRecord:
     after: dict[str, Any]
     solver: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "plan_id": self.plan_id,
-            "created_at": iso(self.created_at),
-            "inventory": self.inventory,
-            "policy": self.policy,
-            "dry_run": self.dry_run,
-            "actions": self.actions,
-            "migrations": self.migrations,
-            "before": self.before,
-            "after": self.after,
-            "solver": self.solver,
-        }
-
 
 @dataclass(frozen=True)
-class ActionRecord:
+class ActionRecord(JsonRecord):
     id: int
     plan_id: int
     index: int
@@ -94,26 +91,9 @@ class ActionRecord:
     started_at: datetime | None
     finished_at: datetime | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "plan_id": self.plan_id,
-            "index": self.index,
-            "kind": self.kind,
-            "container": self.container,
-            "source": self.source,
-            "target": self.target,
-            "node": self.node,
-            "state": self.state.value,
-            "detail": self.detail,
-            "created_at": iso(self.created_at),
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-        }
-
 
 @dataclass(frozen=True)
-class MigrationRecord:
+class MigrationRecord(JsonRecord):
     id: int
     action_id: int | None
     container: str
@@ -130,27 +110,9 @@ class MigrationRecord:
     started_at: datetime
     finished_at: datetime | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "container": self.container,
-            "source": self.source,
-            "target": self.target,
-            "state": self.state.value,
-            "reason": self.reason,
-            "frozen_ms": self.frozen_ms,
-            "checkpoint_ms": self.checkpoint_ms,
-            "transfer_ms": self.transfer_ms,
-            "restore_ms": self.restore_ms,
-            "total_ms": self.total_ms,
-            "bytes": self.bytes,
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-        }
-
 
 @dataclass(frozen=True)
-class StepRecord:
+class StepRecord(JsonRecord):
     id: int
     migration_id: int
     step: str
@@ -160,21 +122,9 @@ class StepRecord:
     started_at: datetime
     finished_at: datetime | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "migration_id": self.migration_id,
-            "step": self.step,
-            "state": self.state,
-            "detail": self.detail,
-            "bytes": self.bytes,
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-        }
-
 
 @dataclass(frozen=True)
-class PowerEventRecord:
+class PowerEventRecord(JsonRecord):
     id: int
     node: str
     action: str
@@ -183,18 +133,6 @@ class PowerEventRecord:
     detail: str | None
     at: datetime
     finished_at: datetime | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "node": self.node,
-            "action": self.action,
-            "state": self.state,
-            "reason": self.reason,
-            "detail": self.detail,
-            "at": iso(self.at),
-            "finished_at": iso(self.finished_at),
-        }
 
 
 @dataclass(frozen=True)
