@@ -158,3 +158,18 @@ def test_live_controller_holds_the_lock_reconciles_and_executes(store: Store) ->
     assert not plan.dry_run
     assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
     second.run_once()
+
+
+def test_metrics_endpoint_reports_the_last_plan(store: Store) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inv = demo_inventory()
+    controller = Controller(inv, store, ControllerSettings(dry_run=True, demo=True, time_limit_s=5, metrics_port=port))
+    plan = controller.run_once()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert f"peakpack_nodes_on {float(plan.after.nodes_on)}" in text
+    assert "peakpack_plan_seconds_count 1.0" in text
