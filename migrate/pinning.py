@@ -55,18 +55,41 @@ def cpuset(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def plan_cpusets(cpus: list[Cpu], containers: list[Container]) -> dict[str, str]:
-    """Pure: the cpuset of every container on one node."""
+def parse_cpuset(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}; '' -> set()."""
+    ids: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+def plan_cpusets(cpus: list[Cpu], containers: list[Container],
+                 current: dict[str, str] | None = None) -> dict[str, str]:
+    """Pure: the cpuset of every container on one node. A devil keeps its current cpuset when it
+    is still valid (on this node, apart from the other devils, big enough), so pinning applied
+    twice changes nothing even when measured demand wobbles."""
+    current = current or {}
     domains: dict[tuple[int, int], list[int]] = defaultdict(list)
     for c in sorted(cpus, key=lambda c: (c.socket, c.llc, c.core, c.id)):
         domains[(c.socket, c.llc)].append(c.id)
     order = sorted(domains, key=lambda d: -len(domains[d]))
-    devils = sorted((c for c in containers if c.cls is ContainerClass.DEVIL), key=lambda c: (-c.cpu, c.name))
+    devils = sorted((c for c in containers if c.cls is ContainerClass.DEVIL), key=lambda c: c.name)
     turtles = [c for c in containers if c.cls is not ContainerClass.DEVIL]
     free = {d: list(domains[d]) for d in order}
     result: dict[str, str] = {}
-    for i, devil in enumerate(devils):
-        want = max(1, math.ceil(devil.cpu - 1e-9))
+    waiting = []
+    for devil in devils:  # first, devils whose pinning still holds keep it
+        want = max(1, math.ceil(devil.cpu - 0.05))
+        have = parse_cpuset(current.get(devil.name, ""))
+        free_ids = {x for d in order for x in free[d]}
+        if have and have <= free_ids and len(have) >= min(want, len(cpus)) and len(have) < len(cpus):
+            for d in order:
+                free[d] = [x for x in free[d] if x not in have]
+            result[devil.name] = cpuset(sorted(have))
+        else:
+            waiting.append((devil, want))
+    for i, (devil, want) in enumerate(waiting):
         # the domain with the most free CPUs, so devils spread over caches and sockets
         domain = max(order, key=lambda d: (len(free[d]), -order.index(d)))
         if not free[domain]:  # more devils than CPUs: share round-robin, still one CPU each
@@ -88,11 +111,12 @@ async def node_cpus(ssh: SshPool, node: str) -> list[Cpu]:
 
 async def apply_pinning(ssh: SshPool, store: Store, node: str, containers: list[Container]) -> dict[str, str]:
     """Set every container's cpuset on `node`; returns only those that changed."""
-    plan = plan_cpusets(await node_cpus(ssh, node), containers)
+    configs = {c.name: await dk.inspect(ssh, node, c.name) for c in containers}
+    current = {name: cfg.cpuset for name, cfg in configs.items() if cfg is not None}
+    plan = plan_cpusets(await node_cpus(ssh, node), containers, current)
     changed = {}
     for name, want in sorted(plan.items()):
-        cfg = await dk.inspect(ssh, node, name)
-        if cfg is None or cfg.cpuset == want:
+        if configs.get(name) is None or current.get(name) == want:
             continue
         await ssh.run(node, ["docker", "update", "--cpuset-cpus", want, name])
         store.record_pinning(node, name, want)

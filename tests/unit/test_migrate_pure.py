@@ -92,3 +92,12 @@ def test_ipmi_answers_are_parsed_or_refused() -> None:
         parse_status("Error: something")
     assert parse_dcmi("    Instantaneous power reading:   142 Watts\n") == 142.0
     assert parse_dcmi("DCMI request failed") is None
+
+
+def test_pinning_is_stable_when_measured_demand_wobbles() -> None:
+    cpus = [Cpu(i, i, 0, 0) for i in range(2)]
+    first = plan_cpusets(cpus, [Container("b", "n", 0.9, 0, cls=ContainerClass.DEVIL),
+                                Container("a", "n", 0.4, 0, cls=ContainerClass.DEVIL)])
+    again = plan_cpusets(cpus, [Container("b", "n", 0.3, 0, cls=ContainerClass.DEVIL),
+                                Container("a", "n", 1.0, 0, cls=ContainerClass.DEVIL)], current=first)
+    assert again == first and first["a"] != first["b"]
