@@ -21,6 +21,7 @@ from ..plan import ActionKind
 from ..planner.problem import Weights
 from ..planning import make_plan
 from .engine import SimState
+from .scenario import Scenario
 
 #: planner units: cpus are counts of 10 MIPS, so heterogeneous hosts fit the planner's model
 MIPS_PER_CPU = 10.0
@@ -266,8 +267,28 @@ class PlannerPolicy:
         return moves
 
 
+#: the share of a host kept free for demand above the forecast when the cap comes from the curve
+SLA_HEADROOM = 0.10
+
+
+def curve_cap(s: Scenario, headroom: float = SLA_HEADROOM) -> float:
+    """Each host's load of peak work per watt, bounded by the SLA headroom; the planner takes one
+    cap, so the lowest over the hosts (these SPECpower curves all peak at 100%, so 0.90)."""
+    return min(c.peak_efficiency_util(hi=1.0 - headroom) for c in set(s.host_curves))
+
+
+class CurveCapPolicy(PlannerPolicy):
+    """peakpack with the cap derived from the hosts' power curves instead of the default 0.70."""
+
+    def decide(self, st: SimState) -> dict[int, int]:
+        if st.t == 0:
+            self.cap = curve_cap(st.s)
+        return super().decide(st)
+
+
 POLICIES = {
     "peakpack": lambda: PlannerPolicy("peakpack"),
+    "peakpack-curve": lambda: CurveCapPolicy("peakpack-curve"),
     "npa": Npa,
     "thr-mmt-0.8": lambda: Beloglazov("thr-mmt-0.8", threshold=0.8),
     "lr-mmt-1.2": lambda: Beloglazov("lr-mmt-1.2", regression_safety=1.2),
