@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import InventoryError, SnapshotError
 from .model import (
     BmcConfig,
-    PowerPolicyConfig,
     ClusterConfig,
     ClusterSnapshot,
     Container,
@@ -33,6 +32,7 @@ from .model import (
     NodeSpec,
     NodeState,
     PowerCurve,
+    PowerPolicyConfig,
     SshConfig,
 )
 

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PEAKPACK = [sys.executable, "-m", "orchestrator.cli"]
