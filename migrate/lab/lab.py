@@ -137,6 +137,10 @@ class Lab:
                 "PEAKPACK_PEER_IDENTITY": str(lab.keys / "peer_ed25519"),
                 "PEAKPACK_PEER_KNOWN_HOSTS": str(lab.keys / "known_hosts"),
                 "PATH": DAEMON_PATH,
+                # bash sources ~/.bashrc for commands run by sshd only at shell level 1; a
+                # root .bashrc that runs `pyenv rehash` would otherwise hang every command for
+                # 60 s once a power cut leaves its lock file behind
+                "SHLVL": "1",
             }
             (n.dir / "sshd_config").write_text("\n".join([
                 f"ListenAddress {n.address}",
