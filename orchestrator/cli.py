@@ -245,6 +245,7 @@ def _register_optional() -> None:
         ("orchestrator.cli_migrate", "pin", None),
         ("orchestrator.cli_simulate", "simulate", None),
         ("orchestrator.cli_report", "report", None),
+        ("orchestrator.cli_power", "app", "power"),
     ):
         try:
             mod = importlib.import_module(module)

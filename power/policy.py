@@ -67,7 +67,8 @@ def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory, fac
                 notes.append(f"{a.node} stays on: {why}")
                 continue
         if a.kind is ActionKind.POWER_ON and a.node in facts.quarantined:
-            notes.append(f"{a.node} not woken: quarantined ({facts.quarantined[a.node]}); clear it first")
+            notes.append(f"{a.node} not woken: quarantined ({facts.quarantined[a.node]}); "
+                         f"`peakpack power clear {a.node}` once fixed")
             continue
         keep.append(a)
     if len(keep) == len(plan.actions):

@@ -108,3 +108,20 @@ def test_serve_dry_run_plans_each_epoch_and_stops_on_sigterm(tmp_path: Path) -> 
     assert "stopped" in stderr
     plans = json.loads(run("history", "plans", "--json", db=db).stdout)
     assert all(p["dry_run"] for p in plans)
+
+
+def test_power_status_and_clear_hand_a_quarantined_node_back(tmp_path: Path) -> None:
+    from db.store import Store
+
+    db = tmp_path / "pp.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        store.quarantine("n2", "failed to wake: BMC timeout")
+    assert json.loads(run("power", "status", "--json", db=db).stdout) == {"n2": "failed to wake: BMC timeout"}
+    assert "BMC timeout" in run("power", "status", db=db).stdout
+    bad = run("power", "clear", "n1", db=db, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "n1 is not quarantined (quarantined: n2)" in bad.stderr
+    assert "n2: cleared" in run("power", "clear", "n2", db=db).stdout
+    assert json.loads(run("power", "status", "--json", db=db).stdout) == {}
+    with Store.open(f"sqlite:///{db}") as store:
+        assert store.quarantined() == {}
