@@ -28,7 +28,7 @@ class Instance:
     cpus: np.ndarray  # float, per node
     cpu_cap: np.ndarray  # cap x cpus
     mem_cap: np.ndarray  # memory_cap x memory_mb
-    watts: np.ndarray  # (N, 11) power curve points
+    watts: np.ndarray  # (N, 11) power curve points, idle priced off_epochs times
     initially_on: np.ndarray  # bool
     can_off: np.ndarray  # bool: worker and power-managed
     usable: np.ndarray  # bool: may be powered in the answer (on now, or can be woken)
@@ -51,6 +51,7 @@ class Instance:
         powered = snap.powered()
         cpus = np.array([float(s.cpus) for s in specs])
         watts = np.array([s.power.watts for s in specs], dtype=float).reshape(len(specs), 11)
+        watts += (w.off_epochs - 1.0) * watts[:, :1]  # the objective's idle price (Weights)
         initially_on = np.array([s.name in powered for s in specs], dtype=bool)
         can_off = np.array([s.can_power_off for s in specs], dtype=bool)
         types: dict[tuple, int] = {}

@@ -19,16 +19,21 @@ _TOL = 1e-6  # the same slack orchestrator.plan.check_capacity allows
 
 @dataclass(frozen=True)
 class Objective:
-    """The four terms of the objective, each in watts; `total` is what policies minimise."""
+    """The five terms of the objective, each in watts; `total` is what policies minimise.
+
+    `standby_w` is the idle power of the powered nodes counted for the epochs beyond this one
+    that switching them off would also save (`Weights.off_epochs` - 1).
+    """
 
     power_w: float
     migration_w: float
     contention_w: float
     affinity_w: float
+    standby_w: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.power_w + self.migration_w + self.contention_w + self.affinity_w
+        return self.power_w + self.migration_w + self.contention_w + self.affinity_w + self.standby_w
 
 
 def evaluate(
@@ -36,9 +41,10 @@ def evaluate(
 ) -> Objective:
     """Score a placement: curve power of powered nodes, moves, devil pairs, group spread.
 
-    Power is each powered node's curve at its load (idle included); a container whose node
-    differs from the snapshot's costs `Weights.migration_cost`; every pair of devils sharing a
-    node costs `contention_w`; every node a group spans beyond its first costs `affinity_w`.
+    Power is each powered node's curve at its load (idle included; `standby_w` adds the idle
+    power of the further epochs); a container whose node differs from the snapshot's costs
+    `Weights.migration_cost`; every pair of devils sharing a node costs `contention_w`; every
+    node a group spans beyond its first costs `affinity_w`.
     """
     w = problem.weights
     load: dict[str, float] = defaultdict(float)
@@ -54,14 +60,12 @@ def evaluate(
             devils[node] += 1
         if c.group:
             spans[c.group].add(node)
-    power = sum(
-        spec.power.at(load.get(spec.name, 0.0) / spec.cpus)
-        for spec in problem.inventory.nodes
-        if spec.name in powered
-    )
+    on = [spec for spec in problem.inventory.nodes if spec.name in powered]
+    power = sum(spec.power.at(load.get(spec.name, 0.0) / spec.cpus) for spec in on)
+    standby = (w.off_epochs - 1.0) * sum(spec.power.idle_w for spec in on)
     pairs = sum(k * (k - 1) // 2 for k in devils.values())
     extra_nodes = sum(len(nodes) - 1 for nodes in spans.values())
-    return Objective(power, migration, w.contention_w * pairs, w.affinity_w * extra_nodes)
+    return Objective(power, migration, w.contention_w * pairs, w.affinity_w * extra_nodes, standby)
 
 
 def violations(

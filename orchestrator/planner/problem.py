@@ -27,6 +27,9 @@ class Weights:
     migration_w_per_gb: float = 3.0
     contention_w: float = 10.0  # per pair of devils sharing a node
     affinity_w: float = 2.0  # per extra node a group spans
+    #: epochs a node switched off is expected to stay off: its idle draw is saved in each, so a
+    #: powered node's idle power counts this many times (1: only the epoch planned)
+    off_epochs: float = 1.0
 
     def migration_cost(self, memory_mb: float) -> float:
         return self.migration_w + self.migration_w_per_gb * memory_mb / 1024.0

@@ -9,11 +9,11 @@ import pytest
 
 from orchestrator.model import Container, node_loads
 from orchestrator.planner.build import build_plan
-from orchestrator.planner.heuristic import start
+from orchestrator.planner.heuristic import repair, start
 from orchestrator.planner.instance import Instance
 from orchestrator.planner.objective import violations
 from orchestrator.planner.packing import Packing
-from orchestrator.planner.problem import PlacementProblem
+from orchestrator.planner.problem import PlacementProblem, Weights
 from orchestrator.planner.registry import get_policy
 from orchestrator.planner.search import SearchOptions, local_search
 from orchestrator.planner.synthetic import (
@@ -63,6 +63,31 @@ def test_does_not_consolidate_when_the_moves_cost_more_than_the_power_saved() ->
     placement = solve(problem)
     assert placement.assignment == problem.snapshot.placement()
     assert placement.powered == problem.snapshot.powered()
+
+
+def test_off_epochs_prices_the_idle_power_a_drain_saves_beyond_this_epoch() -> None:
+    # w1 runs 8 small containers (2 cores) that fit on w0: emptying w1 saves its 100 W idle
+    # per epoch and costs 8 x 15 W of moves (moving "big" instead costs 15 + 112.5 W), so it
+    # pays only if w1 stays off for 1.5 epochs
+    nodes = [node("w0", 10), node("w1", 10)]
+    containers = [Container("big", "w0", 4.0, 1152)]
+    containers += [Container(f"s{i}", "w1", 0.25, 0) for i in range(8)]
+    for off_epochs, drained in ((1.0, False), (1.5, True)):
+        weights = Weights(migration_w=15, migration_w_per_gb=100, off_epochs=off_epochs)
+        for options in ({}, {"exact_limit": 0}):  # whole model, and large-neighbourhood search
+            placement = solve(problem_from(nodes, containers, weights=weights), **options)
+            assert (placement.powered == frozenset({"w0"})) is drained, (off_epochs, options)
+
+
+def test_evictions_go_to_the_node_with_the_most_room_left() -> None:
+    # equal linear curves price every target alike; the node left with the most room wins, so
+    # the next rise of a forecast does not evict again from a node filled to its cap
+    nodes = [node("a", 10), node("b", 10), node("c", 10)]
+    containers = [Container("x", "a", 4.0, 0), Container("y", "a", 4.0, 0)]
+    containers += [Container("fill-b", "b", 2.5, 0), Container("fill-c", "c", 1.0, 0)]
+    pack = Packing(Instance.build(problem_from(nodes, containers)))
+    repair(pack)
+    assert pack.load.tolist() == [4.0, 2.5, 5.0]
 
 
 def test_zero_churn_when_within_the_cap_and_no_node_can_be_emptied() -> None:

@@ -52,6 +52,17 @@ def test_evaluate_adds_the_four_terms_in_watts() -> None:
     assert packed.total == 160 + 7.5 + 30
 
 
+def test_standby_counts_the_idle_power_of_powered_nodes_for_the_further_epochs() -> None:
+    base = two_nodes()
+    problem = problem_from(base.inventory.nodes, base.snapshot.containers,
+                           weights=Weights(6, 3, 10, 2, off_epochs=2.5))
+    both = evaluate(problem, {"x": "a", "y": "a", "z": "b"}, frozenset({"a", "b"}))
+    assert both.standby_w == 1.5 * (100 + 100) and both.total == 260 + 10 + 300
+    packed = evaluate(problem, {"x": "a", "y": "a", "z": "a"}, frozenset({"a"}))
+    assert packed.standby_w == 150 and packed.total == 160 + 7.5 + 30 + 150
+    assert evaluate(two_nodes(), {"x": "a", "y": "a", "z": "b"}, frozenset({"a", "b"})).standby_w == 0
+
+
 def test_violations_name_each_broken_rule() -> None:
     nodes = [node("head", 4, head=True), node("a", 10, 1000), node("b", 10, 1000)]
     containers = [Container("x", "a", 6.0, 800), Container("y", "b", 2.0, 300)]
