@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from db.store import Store  # noqa: E402
 from migrate.handler import Migration  # noqa: E402
-from migrate.lab import Lab  # noqa: E402
-from migrate.ssh import RemoteShell  # noqa: E402
+from lab import Lab  # noqa: E402
+from orchestrator.remote import RemoteShell  # noqa: E402
 from orchestrator.config import load_inventory  # noqa: E402
 
 #: a shell variable of N MB of 'x' keeps N MB of anonymous memory touched

@@ -10,8 +10,8 @@ from typing import Any
 
 from orchestrator.errors import NodeError
 
-from .names import container_name
-from .ssh import SshPool
+from orchestrator.names import container_name
+from orchestrator.remote import SshPool
 
 #: mounts whose data would not follow a checkpoint to another node
 UNSUPPORTED_MOUNTS = ("bind", "volume")

@@ -23,8 +23,8 @@ from orchestrator.errors import MigrationError, NodeError, PeakpackError
 from orchestrator.model import Inventory
 
 from . import docker as dk
-from .names import container_name, node_name
-from .ssh import SshPool
+from orchestrator.names import container_name, node_name
+from orchestrator.remote import SshPool
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
 #: real, e.g. by corrupting the transferred checkpoint); never reachable from the CLI.

@@ -14,7 +14,7 @@ from orchestrator.errors import NodeError
 from orchestrator.model import Container, ContainerClass
 
 from . import docker as dk
-from .ssh import SshPool
+from orchestrator.remote import SshPool
 
 
 @dataclass(frozen=True)

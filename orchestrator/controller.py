@@ -21,11 +21,12 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.console import Console
 
+from db.records import EnergyRow
 from db.store import Store
 
 from .config import demo_snapshot, load_snapshot
 from .errors import PeakpackError, StoreError
-from .executor import ExecutionReport, NodeOps, PlanExecutor
+from .plan_executor import ExecutionReport, NodeOps, PlanExecutor
 from .metrics import ControllerMetrics
 from .model import ClusterSnapshot, Inventory
 from .plan import ActionKind, Plan
@@ -53,7 +54,8 @@ class Services:
     ops: NodeOps
     reconcile: Callable[[], list[str]]
     adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
-    account_energy: Callable[[ClusterSnapshot, int | None], None]
+    #: samples the nodes' energy counters, stores the rows of the interval that ends now, returns them
+    account_energy: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
     close: Callable[[], None] = lambda: None
 
 
@@ -145,7 +147,7 @@ class Controller:
         self.store.refresh_lock(self.owner)
         snapshot = self.observe()
         if not self.settings.dry_run and self.services is not None:
-            self.services.account_energy(snapshot, None)  # closes the interval since the last epoch
+            self._count_energy(self.services.account_energy(snapshot, None))  # closes the interval since the last epoch
         plan = make_plan(
             self.inventory,
             snapshot,
@@ -167,8 +169,13 @@ class Controller:
             return plan
         report = PlanExecutor(self.store, self.services.ops, self.log, self._stop.is_set).execute(plan, plan_id)
         self._record(plan, report)
-        self.services.account_energy(self.observe(), plan_id)
+        self._count_energy(self.services.account_energy(self.observe(), plan_id))
         return plan
+
+    def _count_energy(self, rows: list[EnergyRow]) -> None:
+        for row in rows:
+            if row.container is None:  # per-container rows split the node's energy: not counted twice
+                self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
 
     def _record(self, plan: Plan, report: ExecutionReport) -> None:
         ids = self.store.plan_action_ids(report.plan_id)

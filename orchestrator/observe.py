@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 from migrate import docker as dk
-from migrate.ssh import RemoteShell, SshPool
+from orchestrator.remote import RemoteShell, SshPool
 
 from .errors import HostKeyError, NodeError
 from .model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState

@@ -9,10 +9,11 @@ from datetime import datetime, timezone
 
 from rich.console import Console
 
+from db.records import EnergyRow
 from db.store import ActionState, Store
-from migrate.executor import execute_migrations, reconcile_migrations
+from migrate.batch import execute_migrations, reconcile_migrations
 from migrate.pinning import apply_pinning
-from migrate.ssh import RemoteShell
+from orchestrator.remote import RemoteShell
 from power import ipmi
 from power.policy import NodeFacts, adjust_plan, idle_updates
 from power.sampler import EnergySampler
@@ -140,11 +141,12 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
             log(f"power policy: {note}")
         return adjusted
 
-    def account(snapshot: ClusterSnapshot, plan_id: int | None) -> None:
+    def account(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
         rows = sampler.sample(snapshot, plan_id)
         total = sum(r.energy_j for r in rows if r.container is None)
         if rows:
             log(f"energy: {total / 1000:.1f} kJ over {sum(1 for r in rows if r.container is None)} node(s)")
+        return rows
 
     return Services(
         observe=lambda: observe_cluster(inventory, shell),

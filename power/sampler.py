@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from db.store import EnergyRow, EnergySample, Store
-from migrate.ssh import RemoteShell
+from orchestrator.remote import RemoteShell
 from orchestrator.errors import NodeError
 from orchestrator.model import ClusterSnapshot, Inventory, node_loads
 

@@ -3,7 +3,7 @@ node with its own sshd, dockerd --experimental + CRIU, IPMI BMC and RAPL counter
 the project's own code and removed at the end. Nothing here is mocked.
 
 Fixtures:
-- `lab`: the session's `migrate.lab.Lab` (3 nodes, 2 CPUs each); `lab.inventory_path` is its
+- `lab`: the session's `lab.Lab` (3 nodes, 2 CPUs each); `lab.inventory_path` is its
   inventory, `lab.exec(node, argv)` runs a command on a node over SSH.
 - `clean_lab`: the same lab, with every node powered on and no containers, for tests that need a
   known starting point.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate.lab import Lab
-from migrate.lab.node import docker, powered, start_node
+from lab import Lab
+from lab.node import docker, powered, start_node
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,8 @@ import pytest
 
 from db.store import MigrationState, Store
 from migrate.handler import Migration
-from migrate.lab import Lab
-from migrate.ssh import RemoteShell
+from lab import Lab
+from orchestrator.remote import RemoteShell
 from orchestrator.config import load_inventory
 from orchestrator.errors import HostKeyError
 

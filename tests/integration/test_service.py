@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate.lab import Lab
-from migrate.lab.node import powered
+from lab import Lab
+from lab.node import powered
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from migrate.docker import parse_inspect, parse_size_mb, parse_stats
-from migrate.names import container_name
+from orchestrator.names import container_name
 from migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
 from orchestrator.errors import NodeError, PeakpackError, PowerError
 from orchestrator.model import BmcConfig, Container, ContainerClass

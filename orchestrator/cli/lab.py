@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .cli_common import JsonOpt, err, out
+from .common import JsonOpt, err, out
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
@@ -18,7 +18,7 @@ DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Lab folder (defau
 
 
 def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
-    from migrate.lab import Lab
+    from lab import Lab
 
     return Lab(folder)
 

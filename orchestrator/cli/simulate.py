@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .cli_common import JsonOpt, err, out
+from .common import JsonOpt, err, out
 
 
 def simulate(
@@ -23,9 +23,9 @@ def simulate(
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""
-    from .simulate.engine import fluid_bound_kwh, simulate as run
-    from .simulate.policies import PlannerPolicy, get_sim_policy
-    from .simulate.scenario import load_scenario
+    from ..simulate.engine import fluid_bound_kwh, simulate as run
+    from ..simulate.policies import PlannerPolicy, get_sim_policy
+    from ..simulate.scenario import load_scenario
 
     sc = load_scenario(scenario, trace)
     pol = get_sim_policy(policy)
@@ -38,7 +38,7 @@ def simulate(
         task = bar.add_task("steps", total=sc.steps)
         result = run(sc, pol, progress=lambda _t: bar.advance(task))
     if plot is not None:
-        from .simulate.plot import plot_run
+        from ..simulate.plot import plot_run
 
         plot_run(result, sc.step_seconds, plot)
     if json_out:

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from .cli_common import DbOpt, JsonOpt, err, open_store, out
-from .config import load_inventory
-from .errors import PeakpackError
+from .common import DbOpt, JsonOpt, err, open_store, out
+from ..config import load_inventory
+from ..errors import PeakpackError
 
 RequiredInventory = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")]
 
@@ -26,10 +26,10 @@ def migrate(
 ) -> None:
     """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
     from migrate.handler import Migration
-    from migrate.names import container_name, node_name
-    from migrate.ssh import RemoteShell
+    from orchestrator.names import container_name, node_name
+    from orchestrator.remote import RemoteShell
 
-    from .observe import observe_cluster
+    from ..observe import observe_cluster
 
     container_name(container)
     node_name(to, "--to")
@@ -64,11 +64,11 @@ def pin(
     json_out: JsonOpt = False,
 ) -> None:
     """Give devils cores (and caches) of their own and pack turtles together, on one node."""
-    from migrate.names import node_name
+    from orchestrator.names import node_name
     from migrate.pinning import apply_pinning
-    from migrate.ssh import RemoteShell
+    from orchestrator.remote import RemoteShell
 
-    from .observe import observe_node
+    from ..observe import observe_node
 
     node_name(node)
     inv = load_inventory(inventory)

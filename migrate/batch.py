@@ -13,7 +13,7 @@ from orchestrator.plan import Action
 
 from . import docker as dk
 from .handler import Migration, checkpoint_name
-from .ssh import SshPool
+from orchestrator.remote import SshPool
 
 ACTION_STATE = {
     MigrationState.SUCCEEDED: ActionState.SUCCEEDED,

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import DbOpt, open_store, out, since_time
-from .report import History, write_report
+from .common import DbOpt, open_store, out, since_time
+from ..report import History, write_report
 
 
 def report(

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from db.records import EnergyRow
 from db.store import ActionState, Store
 from orchestrator.config import demo_inventory, demo_snapshot
 from orchestrator.controller import Controller, ControllerSettings, Services
 from orchestrator.errors import PowerError, StoreError
-from orchestrator.executor import PlanExecutor
+from orchestrator.plan_executor import PlanExecutor
 from orchestrator.model import ClusterSnapshot
 from orchestrator.plan import Action, ActionKind, Plan
 from orchestrator.planning import make_plan
@@ -134,14 +136,14 @@ def test_stop_request_skips_what_has_not_started(store: Store) -> None:
     assert {a.state for a in store.list_actions(plan_id=plan_id)} == {ActionState.SKIPPED}
 
 
-def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str]) -> Services:
-    accounted: list[int] = []
+def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str],
+                  energy: Sequence[EnergyRow] = ()) -> Services:
     return Services(
         observe=lambda: snap,
         ops=FakeOps(store),
         reconcile=lambda: reconciled,
         adjust_plan=lambda plan, _snap: plan,
-        account_energy=lambda _snap, plan_id: accounted.append(plan_id),
+        account_energy=lambda _snap, _plan_id: list(energy),
     )
 
 
@@ -158,6 +160,21 @@ def test_live_controller_holds_the_lock_reconciles_and_executes(store: Store) ->
     assert not plan.dry_run
     assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
     second.run_once()
+
+
+def test_energy_metric_counts_node_rows_once(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 1500.0, "rapl"),
+            EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 900.0, "rapl", container="web-1"),
+            EnergyRow("node-2", t0, t0 + timedelta(seconds=60), 600.0, "model")]
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5),
+                            services=fake_services(store, snap, [], rows))
+    controller.run_once()  # samples twice: before planning and after executing
+    value = controller.metrics.registry.get_sample_value
+    assert value("peakpack_energy_joules_total", {"node": "node-1", "source": "rapl"}) == 3000.0
+    assert value("peakpack_energy_joules_total", {"node": "node-2", "source": "model"}) == 1200.0
 
 
 def test_metrics_endpoint_reports_the_last_plan(store: Store) -> None:

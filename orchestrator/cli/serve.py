@@ -1,0 +1,57 @@
+"""`peakpack serve`: the controller loop (observe -> plan -> execute -> record) every epoch."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..config import demo_inventory, load_inventory
+from ..errors import PeakpackError
+from .common import DbOpt, InventoryOpt, open_store, err
+from .plan import SnapshotOpt
+
+
+def serve(
+    inventory: InventoryOpt = None,
+    snapshot: SnapshotOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Store plans, execute nothing.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1)] = 10.0,
+    epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
+    metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
+    db: DbOpt = None,
+) -> None:
+    """Run the controller: observe -> plan -> execute -> record every epoch until SIGTERM/SIGINT."""
+    from ..controller import Controller, ControllerSettings
+
+    inv = load_inventory(inventory) if inventory else demo_inventory()
+    if inventory is None and snapshot is None:
+        dry_run = True  # the embedded demo has no real nodes to act on
+    if snapshot is not None and not dry_run:
+        raise PeakpackError("--snapshot: a snapshot file can only be planned, not executed; add --dry-run")
+    settings = ControllerSettings(
+        dry_run=dry_run,
+        policy=policy,
+        time_limit_s=time_limit,
+        epoch_seconds=epoch_seconds or inv.cluster.epoch_seconds,
+        snapshot_path=snapshot,
+        demo=inventory is None,
+        metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
+    )
+    with open_store(db) as store:
+        services = None
+        if not dry_run:
+            from ..wiring import live_services
+
+            services = live_services(inv, store, console=err)
+        controller = Controller(inv, store, settings, console=err, services=services)
+        if once:
+            controller.run_once()
+        else:
+            controller.run_forever()
+
+
