@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Iterable
 
+from .capacity import node_capacity, within
 from .errors import PlanError
 from .model import ClusterMetrics, ClusterSnapshot, Inventory
 
@@ -186,12 +187,10 @@ class _Replay:
             self.count[node] += sign
 
     def check_node(self, name: str, cap: float | None) -> None:
-        spec = self.inventory.node(name)
-        cpu_cap = (self.inventory.cluster.cap if cap is None else cap) * spec.cpus
-        mem_cap = self.inventory.cluster.memory_cap * spec.memory_mb
-        if self.cpu[name] > cpu_cap + 1e-6:
+        cpu_cap, mem_cap = node_capacity(self.inventory.node(name), self.inventory.cluster, cap)
+        if not within(self.cpu[name], cpu_cap):
             raise PlanError(f"node {name}: CPU load {self.cpu[name]:.2f} exceeds cap {cpu_cap:.2f} cores")
-        if self.mem[name] > mem_cap + 1e-6:
+        if not within(self.mem[name], mem_cap):
             raise PlanError(f"node {name}: memory {self.mem[name]:.0f} MB exceeds cap {mem_cap:.0f} MB")
 
     def result(self) -> ClusterSnapshot:

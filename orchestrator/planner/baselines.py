@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .instance import EPS, Instance
+from .instance import Instance
 from .packing import Packing
 from .problem import Placement, PlacementProblem
 
@@ -32,11 +32,7 @@ class _Bins:
 
     def fits(self, c: int) -> np.ndarray:
         inst = self.inst
-        return (
-            inst.allowed(c)
-            & (self.load + inst.cpu[c] <= inst.cpu_cap + EPS)
-            & (self.mem + inst.mem[c] <= inst.mem_cap + EPS)
-        )
+        return inst.allowed(c) & inst.fits(self.load + inst.cpu[c], self.mem + inst.mem[c])
 
     def put(self, c: int, n: int) -> None:
         self.assign[c] = n
@@ -166,11 +162,12 @@ class DotProduct:
             for c, mask in inst.eligible.items():
                 allowed[c] = mask[n]
             while True:
-                cpu_room = inst.cpu_cap[n] - bins.load[n]
-                mem_room = inst.mem_cap[n] - bins.mem[n]
-                cand = left & allowed & (inst.cpu <= cpu_room + EPS) & (inst.mem <= mem_room + EPS)
+                room = inst.fits(bins.load[n] + inst.cpu, bins.mem[n] + inst.mem, n)
+                cand = left & allowed & room
                 if not cand.any():
                     break
+                cpu_room = inst.cpu_cap[n] - bins.load[n]
+                mem_room = inst.mem_cap[n] - bins.mem[n]
                 score = inst.cpu * cpu_room / inst.cpu_cap[n] ** 2
                 if inst.mem_cap[n] > 0:
                     score = score + inst.mem * mem_room / inst.mem_cap[n] ** 2

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .instance import EPS, Instance
+from ..capacity import within
+from .instance import TINY, Instance
 
 
 def lower_hull(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
@@ -46,11 +47,11 @@ def curve_points(inst: Instance, n: int, from_zero: bool) -> tuple[list[float], 
     ys = [0.0 if from_zero else float(inst.watts[n, 0])]
     for i in range(1, 11):
         load = cpus * i / 10
-        if load >= cap_load - EPS:
+        if load >= cap_load - TINY:
             break
         xs.append(load)
         ys.append(float(inst.watts[n, i]))
-    if cap_load > EPS:
+    if cap_load > TINY:
         xs.append(cap_load)
         ys.append(inst.power1(n, cap_load))
     return xs, ys
@@ -77,7 +78,7 @@ def _segments(hull: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
     pairs = [
         ((y2 - y1) / (x2 - x1), x2 - x1)
         for (x1, y1), (x2, y2) in zip(hull, hull[1:])
-        if x2 - x1 > EPS
+        if x2 - x1 > TINY
     ]
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
@@ -175,7 +176,7 @@ def _forced(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
     stay = ~forced
     cpu_load = np.bincount(inst.orig[stay], inst.cpu[stay], minlength=inst.n_nodes)
     mem_load = np.bincount(inst.orig[stay], inst.mem[stay], minlength=inst.n_nodes)
-    over = (cpu_load > inst.cpu_cap + EPS) | (mem_load > inst.mem_cap + EPS)
+    over = ~inst.fits(cpu_load, mem_load)
     return forced, over
 
 
@@ -188,8 +189,8 @@ def forced_migration_bound(inst: Instance) -> float:
         members = np.flatnonzero(stay & (inst.orig == n))
         costs = inst.mig_cost[members]
         total += max(
-            _cover_cost(costs, inst.cpu[members], inst.cpu[members].sum() - inst.cpu_cap[n]),
-            _cover_cost(costs, inst.mem[members], inst.mem[members].sum() - inst.mem_cap[n]),
+            _cover_cost(costs, inst.cpu[members], inst.cpu_cap[n]),
+            _cover_cost(costs, inst.mem[members], inst.mem_cap[n]),
         )
     return total
 
@@ -219,11 +220,13 @@ def affinity_bound(inst: Instance) -> float:
     return total
 
 
-def _cover_cost(costs: np.ndarray, sizes: np.ndarray, excess: float) -> float:
-    """Cheapest fractional choice of items whose sizes add up to `excess` (0 if none is needed)."""
-    if excess <= EPS:
+def _cover_cost(costs: np.ndarray, sizes: np.ndarray, limit: float) -> float:
+    """Cheapest fractional choice of items whose sizes add up to the excess of their sum over
+    `limit` (0 if they fit)."""
+    if within(sizes.sum(), limit):
         return 0.0
-    ratio = np.where(sizes > 0, costs / np.maximum(sizes, EPS), np.inf)
+    excess = sizes.sum() - limit
+    ratio = np.where(sizes > 0, costs / np.maximum(sizes, TINY), np.inf)
     order = np.argsort(ratio, kind="stable")
     need = excess
     cost = 0.0
@@ -233,7 +236,7 @@ def _cover_cost(costs: np.ndarray, sizes: np.ndarray, excess: float) -> float:
         take = min(1.0, need / sizes[i])
         cost += take * costs[i]
         need -= take * sizes[i]
-        if need <= EPS:
+        if need <= TINY:
             break
     return cost
 

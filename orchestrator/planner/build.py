@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..capacity import fits, node_capacity, within
 from ..errors import PlanError
 from ..model import Container, cluster_metrics
 from ..plan import Action, Plan, replay
 from .objective import evaluate
 from .problem import Placement, PlacementProblem
-
-_EPS = 1e-9  # tighter than replay's 1e-6, so a step we accept replay accepts too
 
 
 @dataclass
@@ -32,13 +31,12 @@ class _Cluster:
     cpu: dict[str, float]
     mem: dict[str, float]
 
+    def capacity(self, node: str) -> tuple[float, float]:
+        inv = self.problem.inventory
+        return node_capacity(inv.node(node), inv.cluster, self.cap)
+
     def fits(self, c: Container, node: str) -> bool:
-        spec = self.problem.inventory.node(node)
-        mem_cap = self.problem.inventory.cluster.memory_cap * spec.memory_mb
-        return (
-            self.cpu[node] + c.cpu <= self.cap * spec.cpus + _EPS
-            and self.mem[node] + c.memory_mb <= mem_cap + _EPS
-        )
+        return fits(self.cpu[node] + c.cpu, self.mem[node] + c.memory_mb, *self.capacity(node))
 
     def move(self, c: Container, source: str, target: str) -> None:
         self.cpu[source] -= c.cpu
@@ -129,8 +127,7 @@ def _staging(
         node = where[c.name]
         return any(
             placement.assignment[d.name] == node
-            and cluster.cpu[node] - c.cpu + d.cpu
-            <= cluster.cap * problem.inventory.node(node).cpus + _EPS
+            and within(cluster.cpu[node] - c.cpu + d.cpu, cluster.capacity(node)[0])
             for d in waiting
             if d is not c
         )

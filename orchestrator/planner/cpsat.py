@@ -5,8 +5,8 @@ neighbourhood search) otherwise: the containers currently on those nodes may be 
 them, every other container stays put. Model, in integers:
 
 - x[c,n] (c on n), on[n] (n powered; a constant for nodes that must stay on);
-- CPU and memory rows: sum demand x[c,n] <= cap x on[n] (demands rounded up, caps down, so an
-  integer-feasible answer is feasible in floats);
+- CPU and memory rows: sum demand x[c,n] <= cap x on[n] (demands rounded up, caps down by
+  `orchestrator.capacity.integer_units`, so an integer-feasible answer passes `capacity.fits`);
 - power: idle x on[n] + P[n], P[n] above every line of the convex envelope of the curve's
   dynamic part (exact for convex curves, a valid under-estimate otherwise: what is reported is
   always `objective.evaluate` on the answer);
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from ..capacity import integer_units
 from .bounds import curve_points, lower_hull
 from .instance import Instance
 from .packing import Packing
@@ -103,16 +104,15 @@ def solve_nodes(
         if int(inst.orig[c]) in x[c]:
             terms.append((x[c][int(inst.orig[c])], -cost))
 
-    cpu_units = {c: math.ceil(inst.cpu[c] * scale - 1e-6) for c in conts}
-    mem_units = {c: math.ceil(inst.mem[c] - 1e-6) for c in conts}
+    cpu_u, cpu_cap_u = integer_units(inst.cpu[conts], inst.cpu_cap[nodes], scale)
+    mem_u, mem_cap_u = integer_units(inst.mem[conts], inst.mem_cap[nodes], 1.0)
+    cpu_units, mem_units = dict(zip(conts, cpu_u)), dict(zip(conts, mem_u))
     on_node: dict[int, list[int]] = defaultdict(list)
     for c in conts:
         for n in x[c]:
             on_node[n].append(c)
     load: dict[int, cp_model.IntVar] = {}
-    for n in nodes:
-        cap_units = max(0, math.floor(inst.cpu_cap[n] * scale + 1e-6))
-        mem_cap = max(0, math.floor(inst.mem_cap[n] + 1e-6))
+    for n, cap_units, mem_cap in zip(nodes, cpu_cap_u, mem_cap_u):
         here = on_node[n]
         load[n] = m.NewIntVar(0, cap_units, f"load{n}")
         m.Add(load[n] == sum(cpu_units[c] * x[c][n] for c in here))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .instance import EPS
+from .instance import TINY
 from .packing import Packing
 
 #: Tie-break between equally priced targets: prefer the node with the most room left (worst
@@ -41,12 +41,7 @@ def wake_target(pack: Packing, c: int) -> int | None:
     """The most efficient switched-off node that c may use and fits on empty."""
     inst = pack.inst
     for n in inst.efficiency_order:
-        if (
-            not pack.on[n]
-            and inst.allowed(c)[n]
-            and inst.cpu[c] <= inst.cpu_cap[n] + EPS
-            and inst.mem[c] <= inst.mem_cap[n] + EPS
-        ):
+        if not pack.on[n] and inst.allowed(c)[n] and inst.fits(inst.cpu[c], inst.mem[c], n):
             return int(n)
     return None
 
@@ -60,27 +55,19 @@ def evictions(pack: Packing, n: int) -> list[int]:
     movable = [
         c
         for c in pack.members[n]
-        if (
-            inst.allowed(c)
-            & others
-            & (inst.cpu[c] <= inst.cpu_cap + EPS)
-            & (inst.mem[c] <= inst.mem_cap + EPS)
-        ).any()
+        if (inst.allowed(c) & others & inst.fits(inst.cpu[c], inst.mem[c])).any()
     ]
-    members = sorted(movable, key=lambda c: (inst.mig_cost[c] / max(inst.cpu[c], EPS), c))
+    members = sorted(movable, key=lambda c: (inst.mig_cost[c] / max(inst.cpu[c], TINY), c))
     cpu, mem = pack.load[n], pack.mem[n]
     out: list[int] = []
     for c in members:
-        if cpu <= inst.cpu_cap[n] + EPS and mem <= inst.mem_cap[n] + EPS:
+        if inst.fits(cpu, mem, n):
             break
         out.append(c)
         cpu -= inst.cpu[c]
         mem -= inst.mem[c]
     for c in sorted(out, key=lambda c: -inst.mig_cost[c]):
-        if (
-            cpu + inst.cpu[c] <= inst.cpu_cap[n] + EPS
-            and mem + inst.mem[c] <= inst.mem_cap[n] + EPS
-        ):
+        if inst.fits(cpu + inst.cpu[c], mem + inst.mem[c], n):
             out.remove(c)
             cpu += inst.cpu[c]
             mem += inst.mem[c]
@@ -199,19 +186,15 @@ def swap_devil(pack: Packing, d: int) -> bool:
     if len(cand) == 0:
         return False
     cand = cand[np.argsort(pack.devils[cand], kind="stable")[:SWAP_CANDIDATES]]
-    room_a_cpu = inst.cpu_cap[a] - pack.load[a] + inst.cpu[d]
-    room_a_mem = inst.mem_cap[a] - pack.mem[a] + inst.mem[d]
+    a_cpu, a_mem = pack.load[a] - inst.cpu[d], pack.mem[a] - inst.mem[d]  # a without d
     best: tuple[float, int, int] | None = None
     for b in cand.tolist():
-        room_b_cpu = inst.cpu_cap[b] - pack.load[b] - inst.cpu[d]
-        room_b_mem = inst.mem_cap[b] - pack.mem[b] - inst.mem[d]
+        b_cpu, b_mem = pack.load[b] + inst.cpu[d], pack.mem[b] + inst.mem[d]  # b with d
         for t in pack.members[b]:
             if (
                 inst.devil[t]
-                or inst.cpu[t] > room_a_cpu + EPS
-                or inst.mem[t] > room_a_mem + EPS
-                or inst.cpu[t] < -room_b_cpu - EPS
-                or inst.mem[t] < -room_b_mem - EPS
+                or not inst.fits(a_cpu + inst.cpu[t], a_mem + inst.mem[t], a)
+                or not inst.fits(b_cpu - inst.cpu[t], b_mem - inst.mem[t], b)
                 or not inst.allowed(t)[a]
             ):
                 continue

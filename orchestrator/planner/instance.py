@@ -11,11 +11,13 @@ from functools import cached_property
 
 import numpy as np
 
+from .. import capacity
 from ..model import ContainerClass
 from .problem import PlacementProblem
 
-#: Slack when comparing float loads with caps; `orchestrator.plan.check_capacity` allows 1e-6.
-EPS = 1e-9
+#: Guards divisions by a zero capacity or size and merges float-equal points; not a capacity
+#: tolerance (whether a load fits is `orchestrator.capacity`'s rule).
+TINY = 1e-9
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Instance:
         index = {s.name: i for i, s in enumerate(specs)}
         powered = snap.powered()
         cpus = np.array([float(s.cpus) for s in specs])
+        memory_mb = np.array([float(s.memory_mb) for s in specs])
+        cpu_cap, mem_cap = capacity.capacity(cpus, memory_mb, cap, inv.cluster.memory_cap)
         watts = np.array([s.power.watts for s in specs], dtype=float).reshape(len(specs), 11)
         watts += (w.off_epochs - 1.0) * watts[:, :1]  # the objective's idle price (Weights)
         initially_on = np.array([s.name in powered for s in specs], dtype=bool)
@@ -74,8 +78,8 @@ class Instance:
             cap=cap,
             node_names=tuple(s.name for s in specs),
             cpus=cpus,
-            cpu_cap=cap * cpus,
-            mem_cap=np.array([inv.cluster.memory_cap * s.memory_mb for s in specs], dtype=float),
+            cpu_cap=cpu_cap,
+            mem_cap=mem_cap,
             watts=watts,
             initially_on=initially_on,
             can_off=can_off,
@@ -123,6 +127,16 @@ class Instance:
         w = self.watts[node]
         return float(w[i] + (w[i + 1] - w[i]) * (u - i))
 
+    def fits(
+        self,
+        cpu: capacity.Amount,
+        mem: capacity.Amount,
+        nodes: int | slice | np.ndarray = slice(None),
+    ) -> capacity.Verdict:
+        """Whether CPU and memory loads fit `nodes` (all, by default) under this instance's
+        caps: `orchestrator.capacity.fits`, elementwise over arrays."""
+        return capacity.fits(cpu, mem, self.cpu_cap[nodes], self.mem_cap[nodes])
+
     def allowed(self, c: int) -> np.ndarray:
         """Bool mask of nodes container `c` may run on (usable and eligible)."""
         mask = self.eligible.get(c)
@@ -132,5 +146,5 @@ class Instance:
     def efficiency_order(self) -> np.ndarray:
         """Usable nodes, most work per watt at the cap first (watts at the cap / capacity)."""
         idx = np.flatnonzero(self.usable)
-        per_unit = self.power(idx, self.cpu_cap[idx]) / np.maximum(self.cpu_cap[idx], EPS)
+        per_unit = self.power(idx, self.cpu_cap[idx]) / np.maximum(self.cpu_cap[idx], TINY)
         return idx[np.lexsort((idx, -self.cpu_cap[idx], per_unit))]

@@ -11,10 +11,9 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..capacity import node_capacity, within
 from ..model import ContainerClass
 from .problem import PlacementProblem
-
-_TOL = 1e-6  # the same slack orchestrator.plan.check_capacity allows
 
 
 @dataclass(frozen=True)
@@ -100,12 +99,10 @@ def violations(
         cpu[node] += c.cpu
         mem[node] += c.memory_mb
     for spec in inv.nodes:
-        if cpu[spec.name] > cap * spec.cpus + _TOL:
-            found.append(
-                f"node {spec.name}: CPU {cpu[spec.name]:.3f} over cap {cap * spec.cpus:.3f}"
-            )
-        mem_cap = inv.cluster.memory_cap * spec.memory_mb
-        if mem[spec.name] > mem_cap + _TOL:
+        cpu_cap, mem_cap = node_capacity(spec, inv.cluster, cap)
+        if not within(cpu[spec.name], cpu_cap):
+            found.append(f"node {spec.name}: CPU {cpu[spec.name]:.3f} over cap {cpu_cap:.3f}")
+        if not within(mem[spec.name], mem_cap):
             found.append(f"node {spec.name}: memory {mem[spec.name]:.0f} over cap {mem_cap:.0f}")
         if not spec.can_power_off and (spec.name in powered) != (spec.name in was_on):
             found.append(f"node {spec.name}: not power-managed, its power state may not change")

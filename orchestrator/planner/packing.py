@@ -14,7 +14,7 @@ import numpy as np
 
 from ..plan import SolverReport
 from .bounds import lower_bound
-from .instance import EPS, Instance
+from .instance import Instance
 from .objective import evaluate
 from .problem import Placement
 
@@ -81,17 +81,12 @@ class Packing:
         """
         inst = self.inst
         idx = slice(None) if nodes is None else nodes
-        ok = (
-            self.on[idx]
-            & inst.allowed(c)[idx]
-            & (self.load[idx] + inst.cpu[c] <= inst.cpu_cap[idx] + EPS)
-            & (self.mem[idx] + inst.mem[c] <= inst.mem_cap[idx] + EPS)
-        )
-        return ok
+        room = inst.fits(self.load[idx] + inst.cpu[c], self.mem[idx] + inst.mem[c], idx)
+        return self.on[idx] & inst.allowed(c)[idx] & room
 
     def over_cap(self) -> np.ndarray:
-        inst = self.inst
-        return (self.load > inst.cpu_cap + EPS) | (self.mem > inst.mem_cap + EPS)
+        """Bool mask of nodes whose CPU or memory load does not fit their capacity."""
+        return ~self.inst.fits(self.load, self.mem)
 
     def misplaced(self) -> list[int]:
         """Containers on a node they may not run on (ineligible, or switched off)."""

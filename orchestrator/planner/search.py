@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cpsat import SubResult, solve_nodes
+from .instance import TINY
 from .packing import Packing
 
 
@@ -144,9 +145,7 @@ class Neighbourhoods:
         self.turn = 0
         inst = pack.inst
         self.eff = inst.efficiency_order
-        per_unit = inst.power(self.eff, inst.cpu_cap[self.eff]) / np.maximum(
-            inst.cpu_cap[self.eff], 1e-9
-        )
+        per_unit = inst.power(self.eff, inst.cpu_cap[self.eff]) / np.maximum(inst.cpu_cap[self.eff], TINY)
         self.per_unit = dict(zip(self.eff.tolist(), per_unit.tolist()))
 
     def next(self) -> list[int]:

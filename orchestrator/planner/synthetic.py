@@ -26,6 +26,7 @@ from ..model import (
     NodeState,
     PowerCurve,
 )
+from .. import capacity
 from .objective import evaluate, violations
 from .problem import PlacementProblem, Weights
 
@@ -124,7 +125,7 @@ def random_problem(
     used = np.zeros(n_nodes, dtype=bool)
     where = np.empty(n_containers, dtype=np.int64)
     for c in np.argsort(-before, kind="stable"):
-        fits = (load + before[c] <= cap * cpus) & (mem + memory[c] <= mem_cap)
+        fits = capacity.fits(load + before[c], mem + memory[c], cap * cpus, mem_cap)
         open_fit = fits & used
         if open_fit.any():
             n = int(np.argmin(np.where(open_fit, cap * cpus - load, np.inf)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..capacity import within
 from ..errors import PeakpackError
 from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
 from ..plan import ActionKind
@@ -159,7 +160,7 @@ def _pabfd_into(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[
                 if h in excluded:
                     continue
                 d = min(demand[vm], s.host_core_mips[h])
-                if load[h] + d > s.host_mips[h]:
+                if not within(load[h] + d, s.host_mips[h]):
                     continue
                 load[h] += d
                 if hist.shape[1]:
@@ -241,7 +242,7 @@ class PlannerPolicy:
         room = {h: self.cap * s.host_mips[h] for h in hosts}
         placement = np.full(len(pred), -1, dtype=int)
         for vm in sorted(range(len(pred)), key=lambda v: -pred[v]):
-            h = next((h for h in hosts if room[h] >= pred[vm]), None)
+            h = next((h for h in hosts if within(pred[vm], room[h])), None)
             if h is None:
                 raise PeakpackError(f"simulation: VM {s.vm_names[vm]} fits on no host under cap {self.cap}")
             room[h] -= pred[vm]
