@@ -30,7 +30,18 @@ from .node import (
     wait_for,
 )
 
-REQUIRED = ("ip", "nsenter", "dockerd", "docker", "ssh", "ssh-keygen", "ipmitool", "criu", "rsync")
+REQUIRED = ("ip", "nsenter", "dockerd", "docker", "docker-proxy", "iptables", "ssh", "ssh-keygen", "ipmitool",
+            "criu", "rsync")
+
+#: runc tells CRIU to read this file on every checkpoint and restore (unless a container's
+#: `org.criu.config` annotation names another); one option per line, `#` starts a comment.
+CRIU_RUNC_CONF = Path("/etc/criu/runc.conf")
+CRIU_RUNC_CONF_TEXT = """\
+# Written by `peakpack lab up` because this file was absent; peakpack never overwrites it.
+# tcp-close: checkpoint a container with established TCP connections (CRIU refuses otherwise)
+# and restore those connections closed; listening sockets are restored as they were.
+tcp-close
+"""
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,12 @@ class Lab:
 
     # -- up -------------------------------------------------------------------------------------
 
-    def up(self, nodes: int = 3, cpus: int = 2, log=print) -> LabLayout:  # type: ignore[no-untyped-def]
+    def up(self, nodes: int = 3, cpus: int = 2, log=print, notice=None) -> LabLayout:  # type: ignore[no-untyped-def]
+        """`log` gets progress lines (the CLI shows them in a passing spinner); `notice` (default:
+        a line on stderr) gets what the operator must see afterwards, e.g. a file written outside
+        the lab folder."""
+        if notice is None:
+            notice = _stderr
         if os.geteuid() != 0:
             raise LabError("lab up: needs root (network namespaces, dockerd); run it with sudo")
         if not 1 <= nodes <= 40:
@@ -88,6 +104,7 @@ class Lab:
                            "use it, or `peakpack lab down` first")
         if self.dir.exists() and any(self.dir.iterdir()):
             self.down(log=lambda _: None)  # leftovers of a crashed lab
+        ensure_criu_config(written=notice, kept=log)
         lab = LabLayout.plan(self.dir, nodes, cpus)
         for n in lab.nodes:
             n.dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +199,7 @@ class Lab:
         with open(lab.dir / "labd.log", "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "lab.daemon", str(lab.dir)], stdout=log,
                                     stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=Path(__file__).resolve().parents[2])
+                                    cwd=Path(__file__).resolve().parents[1])
         (lab.dir / "labd.pid").write_text(f"{proc.pid}\n")
         wait_for(ready.exists, 30, f"lab daemon did not start; see {lab.dir / 'labd.log'}")
 
@@ -280,6 +297,26 @@ class Lab:
         log(f"lab down: removed {lab.dir}")
 
 
+def ensure_criu_config(written=print, kept=print, path: Path = CRIU_RUNC_CONF) -> bool:  # type: ignore[no-untyped-def]
+    """Write `tcp-close` into runc's CRIU configuration if there is none; an existing file is the
+    operator's and stays as it is. Says which through `written` or `kept`; returns whether it wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # check-then-create in one step
+    except FileExistsError:
+        kept(f"criu: {path} exists; left as it is")
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(CRIU_RUNC_CONF_TEXT)
+    written(f"lab up: wrote {path} with `tcp-close` (it was absent): Docker checkpoints of containers "
+            "with open TCP connections now close those connections; edit or remove the file to change that")
+    return True
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 def _is_group_leader(pid: int) -> bool:
     try:
         return os.getpgid(pid) == pid
@@ -317,4 +354,4 @@ def _remove_cgroups(name: str) -> None:
                     pass
 
 
-__all__ = ["Lab", "NodeStatus", "STATE_FILE", "default_dir"]
+__all__ = ["CRIU_RUNC_CONF", "Lab", "NodeStatus", "STATE_FILE", "default_dir", "ensure_criu_config"]

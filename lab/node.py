@@ -64,7 +64,9 @@ def start_dockerd(node: NodeLayout) -> None:
         "--data-root", str(node.dir / "docker"), "--exec-root", str(node.exec_root),
         "-H", f"unix://{node.docker_sock}", "--pidfile", str(node.pidfile("dockerd")),
         "--containerd-namespace", node.netns, "--containerd-plugins-namespace", f"{node.netns}p",
-        "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip6tables=false",
+        # docker0 (172.17.0.1/16), user-defined bridges, iptables NAT/port publishing and
+        # ip_forward all live in the node's network namespace: every node can have the same
+        # subnets and published ports without touching the host's links or firewall
         "--cgroup-parent", f"/{node.cgroup}", "--exec-opt", "native.cgroupdriver=cgroupfs",
         "--storage-driver", "overlay2",
     ]

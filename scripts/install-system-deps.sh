@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # System packages for the lab and the integration tests, on Debian 12, as root:
-# docker.io, openssh-server, rsync, ipmitool, iproute2, busybox-static and CRIU >= 4.1.
+# docker.io, openssh-server, rsync, ipmitool, iproute2, iptables, busybox-static and CRIU >= 4.2.
 #
 # Idempotent and non-interactive; when everything is already there it only checks (~1 s).
 # It never starts a system-wide dockerd, containerd or sshd: the lab starts its own per node,
 # so package maintainer scripts are kept from starting services (policy-rc.d).
-# Debian 12's CRIU 3.17 fails `criu check` on kernels >= 6.13 ([vvar_vclock]); then
-# scripts/build-criu.sh builds 4.1.x from Debian's source package into /usr/local/sbin.
+# Debian 12's CRIU 3.17 fails `criu check` on kernels >= 6.13 ([vvar_vclock]), and 4.1.x cannot
+# dump TCP/UDP sockets on kernels >= 6.16; scripts/build-criu.sh builds 4.2.x from Debian
+# forky's source package into /usr/local/sbin when the criu on PATH fails its checks.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,9 +23,10 @@ PACKAGES=(
   rsync            # checkpoint transfer node -> node
   ipmitool         # talks to the lab's IPMI BMCs (and real ones)
   iproute2         # ip netns, bridge, veth
+  iptables         # the lab's dockerd sets up its bridge NAT and filter rules with it
   util-linux       # nsenter
   busybox-static   # the lab image's only binary
-  criu             # runtime libraries; replaced by 4.1.x below when its check fails
+  criu             # runtime libraries; replaced by 4.2.x below when its checks fail
   xz-utils         # unpacks CRIU's source tarball
   postgresql       # the store is also tested against a real PostgreSQL server
 )

@@ -1,18 +1,22 @@
 """`peakpack lab` end to end on the real parts: nodes isolated from each other, IPMI that really
-cuts a node's power, RAPL counters that follow CPU use, and a lab that refuses to be broken."""
+cuts a node's power, RAPL counters that follow CPU use, containers that publish ports on
+user-defined bridge networks per node (nothing leaks to the host), and a lab that refuses to be broken."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from migrate.lab import Lab
+from lab import Lab
+from lab.lab import CRIU_RUNC_CONF, ensure_criu_config
 from orchestrator.config import load_inventory
 
 pytestmark = pytest.mark.integration
@@ -126,3 +130,77 @@ def test_second_up_is_refused_and_down_is_idempotent(tmp_path: Path, lab: Lab) -
     peakpack("lab", "down", "--dir", str(other))
     peakpack("lab", "down", "--dir", str(other))
     assert not other.exists()
+
+
+def host_network_state() -> dict[str, str]:
+    """What a lab node must never change in the host's own network namespace."""
+    def run(*argv: str) -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    return {
+        "filter": run("iptables", "-S"), "nat": run("iptables", "-t", "nat", "-S"),
+        # any lab's own bridge and veths (ppXXXXbr, ppXXXXhK) may come and go; nothing else may
+        "links": "\n".join(sorted(name for name in (line.split()[0].split("@")[0]
+                                                    for line in run("ip", "-br", "link").splitlines())
+                                  if not re.fullmatch(r"pp[0-9a-f]{4}(br|h\d+)", name))),
+    }
+
+
+def http_get(url: str, seconds: float = 20) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the lab, never a proxy
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with opener.open(url, timeout=3) as reply:
+                return reply.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def test_published_ports_and_bridge_networks_work_per_node(clean_lab: Lab) -> None:
+    lab = clean_lab
+    before = host_network_state()
+    nodes = ("node-1", "node-2")
+    try:
+        for node in nodes:  # the same subnet, container name and host port on both nodes
+            proc = lab.exec(node, ["docker", "network", "create", "--subnet", "172.30.0.0/24", "appnet"])
+            assert proc.returncode == 0, proc.stderr
+            proc = lab.exec(node, ["docker", "run", "-d", "--name", "web", "--network", "appnet", "-p", "8080:80",
+                                   "peakpack/busybox:lab", "sh", "-c",
+                                   f"mkdir -p /www && echo hello from {node} > /www/index.html && "
+                                   "exec httpd -f -p 80 -h /www"])
+            assert proc.returncode == 0, proc.stderr
+            ip = lab.exec(node, ["docker", "inspect", "-f", "{{.NetworkSettings.Networks.appnet.IPAddress}}", "web"])
+            assert ip.stdout.strip() == "172.30.0.2"
+        for node in nodes:  # from the host, at the node's own address (DNAT in the node's namespace)
+            assert http_get(f"http://{lab.node(node).address}:8080/") == f"hello from {node}\n"
+        # on the node itself (docker-proxy) and from a container by name (the network's DNS)
+        proc = lab.exec("node-2", ["busybox", "wget", "-qO-", "http://127.0.0.1:8080/"])
+        assert proc.stdout == "hello from node-2\n", proc.stderr
+        proc = lab.exec("node-1", ["docker", "run", "--rm", "--network", "appnet", "peakpack/busybox:lab",
+                                   "wget", "-qO-", "http://web/"])
+        assert proc.stdout == "hello from node-1\n", proc.stderr
+        # the rules live in the node's namespace; the host's firewall and links are as they were
+        nat = subprocess.run(["nsenter", f"--net=/var/run/netns/{lab.node('node-1').netns}", "iptables", "-t", "nat",
+                              "-S", "DOCKER"], capture_output=True, text=True, timeout=30).stdout
+        assert "--dport 8080" in nat and "172.30.0.2:80" in nat, nat
+        assert host_network_state() == before
+    finally:
+        for node in nodes:
+            lab.exec(node, ["docker", "rm", "-f", "web"])
+            lab.exec(node, ["docker", "network", "rm", "appnet"])
+
+
+def test_criu_config_is_written_only_when_absent(tmp_path: Path, lab: Lab) -> None:
+    assert CRIU_RUNC_CONF.exists()  # `lab up` wrote it, or an operator's file was there already
+    conf = tmp_path / "criu" / "runc.conf"
+    written: list[str] = []
+    assert ensure_criu_config(written=written.append, kept=written.append, path=conf)
+    options = [line for line in conf.read_text().splitlines() if line and not line.startswith("#")]
+    assert options == ["tcp-close"] and "wrote" in written[0]
+    conf.write_text("tcp-established\n")  # the operator's choice stays
+    assert not ensure_criu_config(written=written.append, kept=written.append, path=conf)
+    assert conf.read_text() == "tcp-established\n" and "left as it is" in written[1]
