@@ -14,6 +14,7 @@ from orchestrator.plan import Action
 from . import docker as dk
 from .handler import Migration, checkpoint_name
 from orchestrator.remote import SshPool
+from orchestrator.remote.engine import EnginePool
 
 ACTION_STATE = {
     MigrationState.SUCCEEDED: ActionState.SUCCEEDED,
@@ -24,7 +25,7 @@ ACTION_STATE = {
 
 
 async def execute_migrations(
-    ssh: SshPool, store: Store, inventory: Inventory, actions: Sequence[tuple[int, Action]], *,
+    ssh: SshPool, engines: EnginePool, store: Store, inventory: Inventory, actions: Sequence[tuple[int, Action]], *,
     per_node: int = 1, cluster: int = 2, progress: Callable[[str], None] | None = None,
 ) -> dict[int, ActionState]:
     """Each action: precondition re-checked (still running on its source?) else SKIPPED."""
@@ -47,7 +48,7 @@ async def execute_migrations(
             store.set_action_state(action_id, ActionState.ONGOING)
             say(f"migrating {a.container}: {a.source} -> {a.target}")
             try:
-                result = await Migration(ssh, store, inventory, a.container, a.source, a.target, action_id).run()
+                result = await Migration(ssh, engines, store, inventory, a.container, a.source, a.target, action_id).run()
             except PeakpackError as exc:
                 store.set_action_state(action_id, ActionState.FAILED, str(exc))
                 return action_id, ActionState.FAILED

@@ -1,53 +1,58 @@
 """Live migration of one container as a transaction:
 
-preflight -> create on target -> checkpoint on source (stops it) -> rsync the checkpoint node to
-node -> place it in the target container's own checkpoints/ folder -> restore on target -> verify
--> remove the source container.
+preflight (nothing changes on either node unless every check passes) -> create the same networks,
+volumes and container on the target from the source's Engine API inspect document -> pre-copy the
+writable layer and volumes while the container runs -> checkpoint on the source (stops it) ->
+copy only what changed since the pre-copy, and the checkpoint, node to node -> restore on the
+target -> verify -> remove the source container, its volumes and the checkpoints.
 
-Every step is journaled in the store before and after it runs. A failure before the checkpoint
-removes what was created on the target (FAILED: the source never stopped). A failure after it
-restores the container on the source from the same checkpoint and verifies it (ROLLED_BACK). The
-invariant: a container runs on at most one node at any time, and its state is never lost.
+Every step is journaled in the store before and after it runs. A failure while the source still
+runs removes what was created on the target (FAILED). A failure after the checkpoint restores
+the container on the source from the same checkpoint and verifies it (ROLLED_BACK). The source's
+restart policy is set to "no" for the freeze, so the engine never restarts the checkpointed
+source behind our back, and put back on rollback. The invariant: a container runs on at most one
+node at any time, and its state is never lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from db.store import MigrationState, Store
 from orchestrator.errors import MigrationError, NodeError, PeakpackError
-from orchestrator.model import Inventory
-
-from . import docker as dk
+from orchestrator.model import Inventory, NodeSpec
 from orchestrator.names import container_name, node_name
 from orchestrator.remote import SshPool
+from orchestrator.remote.engine import EngineAPIError, EnginePool
+
+from . import spec
+from .copy import rsync, stream_image
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
 #: real, e.g. by corrupting the transferred checkpoint); never reachable from the CLI.
 StepHook = Callable[[str], Awaitable[None]]
 
-#: rsync from the source node to the target node. Node-to-node SSH uses the peer key the node
-#: offers in $PEAKPACK_PEER_IDENTITY / $PEAKPACK_PEER_KNOWN_HOSTS (the lab sets them), else the
-#: node's own root SSH configuration; host keys are always checked.
-RSYNC_SCRIPT = (
-    'exec rsync -a --mkpath --inplace -e "ssh ${PEAKPACK_PEER_IDENTITY:+-i $PEAKPACK_PEER_IDENTITY} '
-    '${PEAKPACK_PEER_KNOWN_HOSTS:+-o UserKnownHostsFile=$PEAKPACK_PEER_KNOWN_HOSTS} '
-    '-o StrictHostKeyChecking=yes -o BatchMode=yes" "$1" "$2"'
-)
+#: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
+MIN_CRIU = (4, 2)
+#: options CRIU must read when runc calls it, so established TCP connections do not block a dump
+CRIU_RUNC_CONF = "/etc/criu/runc.conf"
+TCP_OPTIONS = ("tcp-close", "tcp-established")
 
 
 @dataclass
 class Timings:
+    precopy_ms: float | None = None
     checkpoint_ms: float | None = None
     transfer_ms: float | None = None
     restore_ms: float | None = None
     frozen_ms: float | None = None
     total_ms: float | None = None
-    bytes: int | None = None
+    bytes: int | None = None  # moved while the container was frozen
+    precopy_bytes: int | None = None
     frozen_at: float | None = None
     started: float = field(default_factory=time.monotonic)
 
@@ -62,17 +67,36 @@ class MigrationResult:
     reason: str | None
     frozen_ms: float | None
     total_ms: float | None
+    #: refused by preflight: nothing was changed on either node
+    refused: bool = False
+
+
+@dataclass
+class Created:
+    """What this migration made on the target, so a failure removes exactly that."""
+
+    container_id: str = ""
+    networks: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
 
 
 def checkpoint_name(migration_id: int) -> str:
     return f"peakpack-{migration_id}"
 
 
+def criu_version(text: str) -> tuple[int, ...]:
+    """`criu --version` output -> (4, 2, 1); () when there is no Version line."""
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return tuple(int(p) for p in line.split(":", 1)[1].strip().split(".") if p.isdigit())
+    return ()
+
+
 class Migration:
-    def __init__(self, ssh: SshPool, store: Store, inventory: Inventory, container: str, source: str, target: str,
-                 action_id: int | None = None, hook: StepHook | None = None,
+    def __init__(self, ssh: SshPool, engines: EnginePool, store: Store, inventory: Inventory, container: str,
+                 source: str, target: str, action_id: int | None = None, hook: StepHook | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
-        self.ssh, self.store, self.inventory = ssh, store, inventory
+        self.ssh, self.engines, self.store, self.inventory = ssh, engines, store, inventory
         self.container = container_name(container)
         self.source, self.target = node_name(source, "--from"), node_name(target, "--to")
         self.action_id = action_id
@@ -80,11 +104,16 @@ class Migration:
         self.progress = progress or (lambda _: None)
         self.t = Timings()
         self.mid = 0
-        self.cfg: dk.ContainerConfig | None = None
+        self.src: dict[str, Any] = {}  # the source container's inspect document
+        self.created = Created()
         self.src_root = self.dst_root = ""
-        self.target_id = ""
+        self.dst_upper = ""
+        self.dst_volume_dirs: dict[str, str] = {}
+        self.networks_to_create: list[dict[str, Any]] = []
+        self.restart_policy: dict[str, Any] | None = None  # the source's, while it is set to "no"
 
-    async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]], nbytes: Callable[[], int | None] = lambda: None) -> None:
+    async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
+                    nbytes: Callable[[], int | None] = lambda: None) -> None:
         if self.hook is not None:
             await self.hook(name)
         self.progress(name)
@@ -96,6 +125,9 @@ class Migration:
             raise
         self.store.step_finished(sid, ok=True, detail=detail, bytes=nbytes())
 
+    def _spec(self, node: str) -> NodeSpec:
+        return self.inventory.node(node)
+
     async def run(self) -> MigrationResult:
         for node in (self.source, self.target):
             if node not in self.inventory.nodes_by_name:
@@ -103,38 +135,58 @@ class Migration:
         if self.source == self.target:
             raise MigrationError(f"--to: {self.container} already runs on {self.target}")
         self.mid = self.store.begin_migration(self.container, self.source, self.target, self.action_id)
-        checkpointed = False
         try:
             await self._step("preflight", self.preflight)
+        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
+            return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        try:
             await self._step("creating", self.create)
+            await self._step("precopy", self.precopy, lambda: self.t.precopy_bytes)
             await self._step("checkpointing", self.checkpoint)
-            checkpointed = True
             await self._step("transferring", self.transfer, lambda: self.t.bytes)
             await self._step("restoring", self.restore)
             await self._step("verifying", self.verify)
-            await self._step("cleaning_up", self.cleanup)
         except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
             reason = _one_line(exc)
-            if not checkpointed:
-                await self._remove_target_quietly()
+            if await self._source_running():
+                await self._undo_target()
+                await self._restore_restart_policy()
                 return self._finish(MigrationState.FAILED, reason)
             return await self.rollback(reason)
+        try:
+            await self._step("cleaning_up", self.cleanup)
+        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:  # it runs on the target: done
+            return self._finish(MigrationState.SUCCEEDED, f"moved; cleanup left something behind: {_one_line(exc)}")
         return self._finish(MigrationState.SUCCEEDED, None)
 
-    # -- steps ----------------------------------------------------------------------------------
+    # -- preflight: checks only, plus bringing the image -------------------------------------------
 
     async def preflight(self) -> str:
-        cfg = await dk.inspect(self.ssh, self.source, self.container)
-        if cfg is None or not cfg.running:
-            raise MigrationError(f"{self.container}: not running on {self.source}")
-        why = cfg.unsupported()
+        src = await self.engines.inspect_container_or_none(self.source, self.container)
+        if src is None or not src["State"]["Running"]:
+            raise MigrationError(f"CONTAINER: {self.container} is not running on {self.source}; "
+                                 "see `docker ps` there")
+        self.src = src
+        on_source = await self._inspect_all(self.source)
+        why = spec.immovable(on_source).get(self.container)
         if why:
             raise MigrationError(f"{self.container}: cannot be live-migrated: {why}")
-        self.cfg = cfg
-        if await dk.inspect(self.ssh, self.target, self.container) is not None:
-            raise MigrationError(f"{self.container}: {self.target} already has a container of that name; remove it first")
-        (self.src_root, self.dst_root), versions, flags = await asyncio.gather(
-            asyncio.gather(dk.docker_root(self.ssh, self.source), dk.docker_root(self.ssh, self.target)),
+        if await self.engines.inspect_container_or_none(self.target, self.container) is not None:
+            raise MigrationError(f"--to: {self.target} already has a container named {self.container}; remove it first")
+        on_target = [d for d in await self._inspect_all(self.target) if d["State"]["Running"]]
+        clashes = spec.port_clashes(src, on_target)
+        if clashes:
+            raise MigrationError(f"--to: port {clashes[0]} is already published on {self.target}; "
+                                 "choose another node or free the port")
+        infos = await asyncio.gather(*(self.engines.call(n, lambda api: api.info()) for n in (self.source, self.target)))
+        for node, info in zip((self.source, self.target), infos):
+            if not info.get("ExperimentalBuild"):
+                raise NodeError(node, "dockerd runs without --experimental; checkpoint/restore needs it")
+            if info.get("Driver") != "overlay2":
+                raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
+                                      "copied only between overlay2 engines")
+        self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
+        versions, flags = await asyncio.gather(
             asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
             asyncio.gather(*(self._cpu_flags(n) for n in (self.source, self.target))),
         )
@@ -143,67 +195,166 @@ class Migration:
                                  "install the same version on both")
         missing = flags[0] - flags[1]
         if missing:
-            raise MigrationError(f"{self.target} lacks CPU features the container may use: {' '.join(sorted(missing)[:6])}")
-        has_image = await self.ssh.run(self.target, ["docker", "image", "inspect", cfg.image], check=False)
-        if not has_image.ok:
-            await self._copy_image(cfg.image)
-        return f"criu {versions[0]}, image {cfg.image}"
+            raise MigrationError(f"--to: {self.target} lacks CPU features the container may use: "
+                                 f"{' '.join(sorted(missing)[:6])}")
+        for path in spec.bind_sources(src):  # only shared paths get here (spec.why_immovable)
+            if not (await self.ssh.run(self.target, ["test", "-e", path], check=False)).ok:
+                raise MigrationError(f"--to: shared path {path} does not exist on {self.target}; mount the "
+                                     "shared storage there first")
+        await self._check_networks()
+        for v in spec.volumes(src):
+            if await self._volume_or_none(self.target, v.name) is not None:
+                raise MigrationError(f"--to: volume {v.name} already exists on {self.target}; remove it there "
+                                     "first (the copy would overwrite it)")
+        await self._ensure_image()
+        return f"criu {versions[0]}, image {src['Config']['Image']}"
+
+    async def _inspect_all(self, node: str) -> list[dict[str, Any]]:
+        def all_containers(api: Any) -> list[dict[str, Any]]:
+            return [api.inspect_container(c["Id"]) for c in api.containers(all=True)]
+
+        return await self.engines.call(node, all_containers)
 
     async def _criu(self, node: str) -> str:
         res = await self.ssh.run(node, ["criu", "check"], check=False)
         if not res.ok or "Looks good" not in res.stdout + res.stderr:
-            raise NodeError(node, "`criu check` fails; install CRIU >= 4.1 (scripts/install-system-deps.sh)")
-        ver = await self.ssh.run(node, ["criu", "--version"])
-        return next((line.split(":", 1)[1].strip() for line in ver.stdout.splitlines() if line.startswith("Version")), "?")
+            raise NodeError(node, "`criu check` fails; install CRIU >= 4.2 (scripts/install-system-deps.sh)")
+        version = criu_version((await self.ssh.run(node, ["criu", "--version"])).stdout)
+        if version < MIN_CRIU:
+            raise NodeError(node, f"CRIU {'.'.join(map(str, version)) or '?'} cannot dump TCP sockets on this "
+                                  "kernel; install CRIU >= 4.2 (scripts/build-criu.sh)")
+        conf = await self.ssh.run(node, ["cat", CRIU_RUNC_CONF], check=False)
+        if not any(line.strip() in TCP_OPTIONS for line in conf.stdout.splitlines()):
+            raise NodeError(node, f"{CRIU_RUNC_CONF} does not say tcp-close; add that line so open TCP "
+                                  "connections are closed on restore instead of blocking the checkpoint")
+        return ".".join(map(str, version))
 
     async def _cpu_flags(self, node: str) -> set[str]:
         res = await self.ssh.run(node, ["grep", "-m1", "^flags", "/proc/cpuinfo"])
         return set(res.stdout.split(":", 1)[-1].split())
 
-    async def _copy_image(self, image: str) -> None:
-        tar = f"/tmp/peakpack-image-{self.mid}.tar"
-        await self.ssh.run(self.source, ["docker", "save", "-o", tar, image], timeout=600)
-        try:
-            await self._rsync(tar, tar)
-            await self.ssh.run(self.target, ["docker", "load", "-i", tar], timeout=600)
-        finally:
-            await asyncio.gather(*(self.ssh.run(n, ["rm", "-f", tar], check=False) for n in (self.source, self.target)))
+    async def _network_or_none(self, node: str, name: str) -> dict[str, Any] | None:
+        return await self.engines.call_or_none(node, lambda api: api.inspect_network(name))
+
+    async def _volume_or_none(self, node: str, name: str) -> dict[str, Any] | None:
+        return await self.engines.call_or_none(node, lambda api: api.inspect_volume(name))
+
+    async def _check_networks(self) -> None:
+        for name in spec.user_networks(self.src):
+            theirs = await self._network_or_none(self.source, name)
+            if theirs is None:
+                raise NodeError(self.source, f"network {name} of {self.container} is gone")
+            ours = await self._network_or_none(self.target, name)
+            if ours is None:
+                self.networks_to_create.append(spec.network_create_args(theirs))
+            elif (differs := spec.same_network(theirs, ours)) is not None:
+                raise MigrationError(f"--to: network {name} on {self.target} has {differs}; make them the same "
+                                     "or choose another node")
+
+    async def _ensure_image(self) -> None:
+        """The target must have the very image the source runs (same ID): pull it by digest when
+        the target reaches a registry, else stream it from the source's engine."""
+        ref, want = self.src["Config"]["Image"], self.src["Image"]
+
+        async def target_id() -> str | None:
+            got = await self.engines.call_or_none(self.target, lambda api: api.inspect_image(ref))
+            return None if got is None else str(got["Id"])
+
+        if await target_id() == want:
+            return
+        digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests") or []
+        for digest in digests:
+            try:
+                await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                await self.engines.call(self.target, lambda api, d=digest: api.tag(d, ref))
+                break
+            except (EngineAPIError, PeakpackError):
+                continue
+        if await target_id() != want:
+            try:
+                await stream_image(self.ssh, self.source, ref, self._spec(self.target))
+            except PeakpackError as exc:
+                raise MigrationError(f"--to: {self.target} lacks image {ref} and it could not be brought from "
+                                     f"{self.source} ({_one_line(exc)}); load it there first") from None
+        if await target_id() != want:
+            raise MigrationError(f"--to: image {ref} on {self.target} is not the one {self.container} runs "
+                                 f"({want[:19]}); load the same image there")
+
+    # -- the transaction ------------------------------------------------------------------------
 
     async def create(self) -> str:
-        assert self.cfg
-        res = await self.ssh.run(self.target, self.cfg.create_argv())
-        self.target_id = res.stdout.strip()
-        return self.target_id[:12]
+        for args in self.networks_to_create:
+            await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
+            self.created.networks.append(args["name"])
+        volume_dirs: dict[str, str] = {}
+        for v in spec.volumes(self.src):
+            theirs = await self._volume_or_none(self.source, v.name) or {}
+            await self.engines.call(self.target, lambda api, name=v.name, t=theirs: api.create_volume(
+                name, driver="local", driver_opts=t.get("Options") or None, labels=t.get("Labels") or None))
+            self.created.volumes.append(v.name)
+            volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
+        self.dst_volume_dirs = volume_dirs
+        body, more_networks = spec.create_body(self.src, source_address=self._spec(self.source).address,
+                                               target_address=self._spec(self.target).address)
+        made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
+        self.created.container_id = str(made["Id"])
+        for net, endpoint in more_networks.items():
+            await self.engines.call(self.target, lambda api, n=net, e=endpoint: api.connect_container_to_network(
+                self.created.container_id, n, aliases=e.get("Aliases"), links=e.get("Links"),
+                ipv4_address=(e.get("IPAMConfig") or {}).get("IPv4Address"),
+                ipv6_address=(e.get("IPAMConfig") or {}).get("IPv6Address"), driver_opt=e.get("DriverOpts")))
+        made_inspect = await self.engines.call(self.target, lambda api: api.inspect_container(self.created.container_id))
+        self.dst_upper = str(made_inspect["GraphDriver"]["Data"]["UpperDir"])
+        return self.created.container_id[:12]
+
+    def _copies(self) -> list[tuple[str, str]]:
+        """(source folder, target folder) pairs of the container's files: its writable layer and
+        every volume."""
+        pairs = [(str(self.src["GraphDriver"]["Data"]["UpperDir"]) + "/", self.dst_upper + "/")]
+        for m in self.src.get("Mounts") or ():
+            if m.get("Type") == "volume":
+                pairs.append((str(m["Source"]) + "/", self.dst_volume_dirs[m["Name"]] + "/"))
+        return pairs
+
+    async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
+        target = self._spec(self.target)
+        done = await asyncio.gather(*(rsync(self.ssh, self.source, a, target, b) for a, b in pairs))
+        return sum(c.bytes_sent for c in done)
+
+    async def precopy(self) -> str:
+        """While the container runs: most of its files reach the target before the freeze."""
+        t0 = time.monotonic()
+        self.t.precopy_bytes = await self._copy_all(self._copies())
+        self.t.precopy_ms = (time.monotonic() - t0) * 1000
+        return f"{self.t.precopy_bytes} bytes"
 
     @property
     def src_checkpoint(self) -> str:
-        assert self.cfg
-        return f"{self.src_root}/containers/{self.cfg.id}/checkpoints/{checkpoint_name(self.mid)}"
+        return f"{self.src_root}/containers/{self.src['Id']}/checkpoints/{checkpoint_name(self.mid)}"
 
     @property
     def dst_checkpoint(self) -> str:
-        return f"{self.dst_root}/containers/{self.target_id}/checkpoints/{checkpoint_name(self.mid)}"
+        return f"{self.dst_root}/containers/{self.created.container_id}/checkpoints/{checkpoint_name(self.mid)}"
 
     async def checkpoint(self) -> None:
+        policy = dict(self.src["HostConfig"].get("RestartPolicy") or {})
+        if policy.get("Name") not in (None, "", "no"):
+            await self.engines.call(self.source, lambda api: api.update_container(
+                self.container, restart_policy={"Name": "no", "MaximumRetryCount": 0}))
+            self.restart_policy = policy
         t0 = time.monotonic()
         self.t.frozen_at = t0
+        # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
         await self.ssh.run(self.source, ["docker", "checkpoint", "create", self.container, checkpoint_name(self.mid)],
                            timeout=900)
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
 
-    async def _rsync(self, path: str, dest: str) -> None:
-        """Copy `path` on the source to `dest` on the target, node to node."""
-        spec = self.inventory.node(self.target)
-        login = f"{spec.ssh.user}@{spec.address}" if spec.ssh else spec.address
-        await self.ssh.run(self.source, ["sh", "-c", RSYNC_SCRIPT, "rsync", path, f"{login}:{dest}"], timeout=1800)
-
     async def transfer(self) -> str:
+        """While frozen: only what changed since the pre-copy, and the checkpoint itself."""
         t0 = time.monotonic()
-        size = await self.ssh.run(self.source, ["du", "-sb", self.src_checkpoint])
-        self.t.bytes = int(size.stdout.split()[0])
-        await self._rsync(self.src_checkpoint + "/", self.dst_checkpoint + "/")
+        self.t.bytes = await self._copy_all([*self._copies(), (self.src_checkpoint + "/", self.dst_checkpoint + "/")])
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
-        return f"{self.t.bytes} bytes to {shlex.quote(self.dst_checkpoint)}"
+        return f"{self.t.bytes} bytes while frozen"
 
     def restore_timeout(self) -> float:
         """CRIU restores at ~25 MB/s here; allow 5 MB/s plus a minute before calling it stuck."""
@@ -219,34 +370,62 @@ class Migration:
 
     async def verify(self) -> None:
         await asyncio.sleep(0.3)
-        if not await dk.is_running(self.ssh, self.target, self.container):
+        got = await self.engines.inspect_container_or_none(self.target, self.container)
+        if got is None or not got["State"]["Running"]:
             raise MigrationError(f"{self.container}: restored on {self.target} but not running")
 
-    async def cleanup(self) -> None:
-        await self.ssh.run(self.source, ["docker", "rm", "-f", self.container])
+    async def cleanup(self) -> str:
+        """The source container and its volumes go (their data now lives on the target), and the
+        checkpoint kept in the target container's folder goes too."""
+        await self.engines.call(self.source, lambda api: api.remove_container(self.container, force=True))
+        for v in spec.volumes(self.src):
+            await self.engines.call(self.source, lambda api, name=v.name: api.remove_volume(name))
+        await self.ssh.run(self.target, ["rm", "-rf", "--", self.dst_checkpoint])
+        return f"removed {self.container} and {len(spec.volumes(self.src))} volume(s) from {self.source}"
 
     # -- failure paths ----------------------------------------------------------------------------
 
-    async def _remove_target_quietly(self) -> None:
-        if not self.target_id:
-            return
-        try:  # also ends a restore that hangs on the target
-            await self.ssh.run(self.target, ["docker", "rm", "-f", self.container], check=False, timeout=60)
+    async def _source_running(self) -> bool:
+        try:
+            got = await self.engines.inspect_container_or_none(self.source, self.container)
         except PeakpackError:
-            pass
+            return False  # unknown: take the path that restores from the checkpoint if needed
+        return got is not None and bool(got["State"]["Running"])
+
+    async def _undo_target(self) -> None:
+        """Remove exactly what this migration created on the target (also ends a hung restore)."""
+        async def quietly(fn: Callable[[Any], object]) -> None:
+            try:
+                await self.engines.call(self.target, fn)
+            except (PeakpackError, EngineAPIError):
+                pass
+
+        if self.created.container_id:
+            await quietly(lambda api: api.remove_container(self.created.container_id, force=True))
+        for name in self.created.volumes:
+            await quietly(lambda api, n=name: api.remove_volume(n, force=True))
+        for name in self.created.networks:
+            await quietly(lambda api, n=name: api.remove_network(n))
+
+    async def _restore_restart_policy(self) -> None:
+        if self.restart_policy is not None:
+            policy = self.restart_policy
+            await self.engines.call(self.source, lambda api: api.update_container(self.container, restart_policy=policy))
+            self.restart_policy = None
 
     async def rollback(self, reason: str) -> MigrationResult:
-        """Restore on the source from the same checkpoint; the target's copy goes."""
+        """Restore on the source from the same checkpoint; what was made on the target goes."""
         self.progress("rolling back")
         sid = self.store.step_started(self.mid, "rollback")
         try:
-            await self._remove_target_quietly()
-            if not await dk.is_running(self.ssh, self.source, self.container):
+            await self._undo_target()
+            if not await self._source_running():
                 await self.ssh.run(self.source, ["docker", "start", "--checkpoint", checkpoint_name(self.mid),
                                                  self.container], timeout=self.restore_timeout())
             await asyncio.sleep(0.3)
-            if not await dk.is_running(self.ssh, self.source, self.container):
+            if not await self._source_running():
                 raise MigrationError(f"{self.container}: restored on {self.source} but not running")
+            await self._restore_restart_policy()
         except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
             self.store.step_finished(sid, ok=False, detail=_one_line(exc))
             return self._finish(MigrationState.ROLLBACK_FAILED,
@@ -257,14 +436,14 @@ class Migration:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
         return self._finish(MigrationState.ROLLED_BACK, reason)
 
-    def _finish(self, state: MigrationState, reason: str | None) -> MigrationResult:
+    def _finish(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
         self.t.total_ms = (time.monotonic() - self.t.started) * 1000
         self.store.finish_migration(
             self.mid, state, reason, checkpoint_ms=self.t.checkpoint_ms, transfer_ms=self.t.transfer_ms,
             restore_ms=self.t.restore_ms, frozen_ms=self.t.frozen_ms, total_ms=self.t.total_ms, bytes=self.t.bytes,
         )
         return MigrationResult(self.mid, self.container, self.source, self.target, state, reason,
-                               self.t.frozen_ms, self.t.total_ms)
+                               self.t.frozen_ms, self.t.total_ms, refused)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -296,6 +296,8 @@ class _SnapContainer(_Strict):
     image: str = ""
     class_: Literal["devil", "turtle"] = Field("turtle", alias="class")
     group: str | None = None
+    immovable: str | None = None
+    ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
 
 
 class _Snapshot(_Strict):
@@ -333,7 +335,8 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
                 f"{label}: containers[{i}].node: {c.node!r} is powered off but hosts {c.name!r}"
             )
         containers.append(
-            Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group)
+            Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
+                      c.immovable, tuple(c.ports))
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:

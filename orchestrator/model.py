@@ -148,7 +148,9 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Container:
-    """Observed container: `cpu` is cores in use, `node` where it runs now."""
+    """Observed container: `cpu` is cores in use, `node` where it runs now. `immovable` says why
+    it cannot be live-migrated (None: it can); `ports` are the host ports it publishes
+    ('8080/tcp'), which no other container on its node may publish."""
 
     name: str
     node: str
@@ -157,6 +159,8 @@ class Container:
     image: str = ""
     cls: ContainerClass = ContainerClass.TURTLE
     group: str | None = None
+    immovable: str | None = None
+    ports: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -169,6 +173,10 @@ class Container:
         }
         if self.group is not None:
             d["group"] = self.group
+        if self.immovable is not None:
+            d["immovable"] = self.immovable
+        if self.ports:
+            d["ports"] = list(self.ports)
         return d
 
 

@@ -1,6 +1,8 @@
 """What the nodes look like now, over SSH: per node its containers (name, image, CPU cores and
 memory in use, class and group from labels), and whether it is powered at all.
 
+Each container is marked movable or not, with the reason, by the same rule migration preflight
+applies (`migrate.spec`), so the planner never proposes a move that preflight would refuse.
 A container's demand is what its labels declare (`peakpack.cpu` cores, `peakpack.memory_mb`) when
 present, like a request in Kubernetes, else what `docker stats` measures. A node that does not
 answer SSH is powered off if its BMC says so; a node that should be on but does not answer is an
@@ -13,12 +15,14 @@ import json
 from collections.abc import Callable
 
 from migrate import docker as dk
+from migrate import spec
 from orchestrator.remote import RemoteShell, SshPool
 
 from .errors import HostKeyError, NodeError
 from .model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
 
-INSPECT_RUNNING = 'ids=$(docker ps -q); if [ -z "$ids" ]; then echo "[]"; else docker inspect $ids; fi'
+#: every container, stopped ones too: a volume shared with a stopped container still pins both
+INSPECT_ALL = 'ids=$(docker ps -aq); if [ -z "$ids" ]; then echo "[]"; else docker inspect $ids; fi'
 
 #: node name -> True/False (BMC power state) or None (no BMC); power/ supplies the real one
 PowerProbe = Callable[[str], bool | None]
@@ -30,9 +34,15 @@ def parse_containers(node: str, inspect_json: str, stats_text: str) -> list[Cont
     except ValueError:
         raise NodeError(node, "docker inspect answered something that is not JSON") from None
     stats = dk.parse_stats(node, stats_text)
+    try:
+        why_not = spec.immovable(items)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
     result = []
     for d in items:
         try:
+            if not d["State"]["Running"]:
+                continue
             name = d["Name"].lstrip("/")
             labels = d["Config"].get("Labels") or {}
             measured_cpu, measured_mem = stats.get(name, (0.0, 0.0))
@@ -44,6 +54,7 @@ def parse_containers(node: str, inspect_json: str, stats_text: str) -> list[Cont
                 cpu=float(labels.get("peakpack.cpu", measured_cpu)),
                 memory_mb=float(labels.get("peakpack.memory_mb", measured_mem)),
                 image=d["Config"]["Image"], cls=ContainerClass(cls), group=labels.get("peakpack.group"),
+                immovable=why_not.get(name), ports=spec.published_ports(d),
             ))
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
@@ -53,7 +64,7 @@ def parse_containers(node: str, inspect_json: str, stats_text: str) -> list[Cont
 async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> tuple[NodeState, list[Container]]:
     try:
         inspect, stats = await asyncio.gather(
-            ssh.run(node, ["sh", "-c", INSPECT_RUNNING], timeout=60),
+            ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
             ssh.run(node, ["docker", "stats", "--no-stream", "--format", "{{json .}}"], timeout=60),
         )
     except HostKeyError:

@@ -75,7 +75,8 @@ class LiveOps:
         self.log(f"{node}: powered off")
 
     def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
-        return self.shell.call(execute_migrations(self.shell.pool, self.store, self.inventory, actions, progress=self.log))
+        return self.shell.call(execute_migrations(self.shell.pool, self.shell.engines, self.store, self.inventory, actions,
+                                                  progress=self.log))
 
     def pin(self, node: str) -> None:
         state, containers = self.shell.call(observe_node(self.shell.pool, node, lambda _: None))

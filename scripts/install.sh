@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything peakpack and its tests need on Debian 12: system packages (docker.io,
-# sshd, rsync, ipmitool, CRIU >= 4.1 ...) when run as root, then the Python venv in .venv.
+# sshd, rsync, ipmitool, CRIU >= 4.2 ...) when run as root, then the Python venv in .venv.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."

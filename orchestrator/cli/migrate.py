@@ -42,8 +42,10 @@ def migrate(
         if container not in where:
             raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}")
         with err.status(f"{container}: {where[container]} -> {to}") as status:
-            result = shell.call(Migration(shell.pool, store, inv, container, where[container], to,
+            result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
                                           progress=lambda step: status.update(f"{container}: {step}")).run())
+    if result.refused:  # preflight said no: nothing changed on either node
+        raise PeakpackError(result.reason or f"{container}: refused")
     if json_out:
         sys.stdout.write(json.dumps({"migration_id": result.migration_id, "container": result.container,
                                      "source": result.source, "target": result.target, "state": result.state.value,

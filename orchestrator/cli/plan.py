@@ -66,6 +66,22 @@ def print_plan(plan: Plan) -> None:
     )
 
 
+def immovable_rows(snapshot: ClusterSnapshot) -> list[dict[str, str]]:
+    """Containers every plan leaves where they are, and why (their nodes stay on)."""
+    return [{"container": c.name, "node": c.node, "reason": c.immovable}
+            for c in sorted(snapshot.containers, key=lambda c: c.name) if c.immovable is not None]
+
+
+def print_immovable(rows: list[dict[str, str]]) -> None:
+    if not rows:
+        return
+    table = Table(title="Staying put (cannot be live-migrated)")
+    for col in ("container", "node", "reason"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["container"], r["node"], r["reason"])
+    out.print(table)
+
 
 def plan(
     inventory: InventoryOpt = None,
@@ -85,9 +101,11 @@ def plan(
     with open_store(db) as store:
         plan_id = store.save_plan(result, inventory=inv.cluster.name, snapshot=snap)
     result = replace(result, plan_id=plan_id)
+    immovable = immovable_rows(snap)
     if json_out:
-        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        sys.stdout.write(json.dumps({**result.to_json(), "immovable": immovable}) + "\n")
     else:
         print_plan(result)
+        print_immovable(immovable)
 
 

@@ -17,12 +17,16 @@ import shlex
 import threading
 from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncssh
 
 from orchestrator.errors import HostKeyError, NodeError
-from orchestrator.model import Inventory, NodeSpec
+from orchestrator.model import Inventory, NodeSpec, SshConfig
+
+if TYPE_CHECKING:
+    from .engine import EnginePool
 
 T = TypeVar("T")
 
@@ -38,6 +42,18 @@ class CommandResult:
         return self.exit_status == 0
 
 
+def pinned_login(inventory: Inventory, node: str) -> tuple[NodeSpec, SshConfig]:
+    """The node and its SSH settings, refused before any connection when there is no pinned host
+    key to check it against (both transports, asyncssh and the docker SDK's, start here)."""
+    try:
+        spec = inventory.node(node)
+    except KeyError:
+        raise NodeError(node, "not in the inventory") from None
+    if spec.ssh is None or spec.ssh.known_hosts is None:
+        raise NodeError(node, "no [nodes.ssh] known_hosts in the inventory; add the node's pinned host key")
+    return spec, spec.ssh
+
+
 class SshPool:
     def __init__(self, inventory: Inventory, connect_timeout: float = 10.0, retries: int = 2) -> None:
         self.inventory = inventory
@@ -46,19 +62,8 @@ class SshPool:
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def _spec(self, node: str) -> NodeSpec:
-        try:
-            spec = self.inventory.node(node)
-        except KeyError:
-            raise NodeError(node, "not in the inventory") from None
-        if spec.ssh is None or spec.ssh.known_hosts is None:
-            raise NodeError(node, "no [nodes.ssh] known_hosts in the inventory; add the node's pinned host key")
-        return spec
-
     async def _connect(self, node: str) -> asyncssh.SSHClientConnection:
-        spec = self._spec(node)
-        ssh = spec.ssh
-        assert ssh is not None
+        spec, ssh = pinned_login(self.inventory, node)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
@@ -129,7 +134,8 @@ class SshPool:
 
 
 class RemoteShell:
-    """Synchronous access to an SshPool running on its own event loop thread."""
+    """Synchronous access to an SshPool running on its own event loop thread, and to the nodes'
+    Engine APIs (`engines`) for the callers that need them."""
 
     def __init__(self, inventory: Inventory, **kw: Any) -> None:
         self.inventory = inventory
@@ -150,10 +156,20 @@ class RemoteShell:
 
         return self.call(all_of())
 
+    @cached_property
+    def engines(self) -> "EnginePool":
+        from .engine import EnginePool  # the docker SDK loads only for callers that use it
+
+        return EnginePool(self.inventory)
+
     def forget(self, node: str) -> None:
         self.loop.call_soon_threadsafe(self.pool.forget, node)
+        if "engines" in self.__dict__:
+            self.engines.forget(node)
 
     def close(self) -> None:
+        if "engines" in self.__dict__:
+            self.engines.close()
         if self.loop.is_running():
             self.call(self.pool.close(), timeout=10)
             self.loop.call_soon_threadsafe(self.loop.stop)

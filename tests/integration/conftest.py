@@ -5,8 +5,8 @@ the project's own code and removed at the end. Nothing here is mocked.
 Fixtures:
 - `lab`: the session's `lab.Lab` (3 nodes, 2 CPUs each); `lab.inventory_path` is its
   inventory, `lab.exec(node, argv)` runs a command on a node over SSH.
-- `clean_lab`: the same lab, with every node powered on and no containers, for tests that need a
-  known starting point.
+- `clean_lab`: the same lab, with every node powered on and no containers, volumes or user-defined
+  networks, for tests that need a known starting point.
 """
 
 from __future__ import annotations
@@ -43,4 +43,8 @@ def clean_lab(lab: Lab) -> Lab:
         ids = docker(node, "ps", "-aq").stdout.split()
         if ids:
             docker(node, "rm", "-f", *ids)
+        volumes = docker(node, "volume", "ls", "-q").stdout.split()
+        if volumes:
+            docker(node, "volume", "rm", "-f", *volumes)
+        docker(node, "network", "prune", "-f")
     return lab

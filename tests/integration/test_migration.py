@@ -81,7 +81,7 @@ def test_failed_restore_rolls_back_to_the_source_with_state(clean_lab: Lab, tmp_
                                 "sh", str(lab.node("node-2").dir / "docker")])
 
     with Store.open(f"sqlite:///{db}") as store, RemoteShell(inv) as shell:
-        result = shell.call(Migration(shell.pool, store, inv, "fragile", "node-1", "node-2", hook=break_target).run())
+        result = shell.call(Migration(shell.pool, shell.engines, store, inv, "fragile", "node-1", "node-2", hook=break_target).run())
     assert result.state is MigrationState.ROLLED_BACK, result.reason
     assert running_on(lab, "fragile") == ["node-1"]
     time.sleep(1)

@@ -32,16 +32,9 @@ def test_unsafe_container_names_are_refused(bad: str) -> None:
         container_name(bad)
 
 
-def test_create_argv_recreates_the_container() -> None:
-    cfg = parse_inspect("node-1", json.dumps(INSPECT))
-    argv = cfg.create_argv()
-    assert argv[:6] == ["docker", "create", "--name", "web-1", "--network", "none"]
-    assert "--cpuset-cpus" in argv and argv[-4:] == ["app:1", "sh", "-c", "x"]
-    assert ["--env", "A=1"] == argv[argv.index("--env"):argv.index("--env") + 2] and "PATH=/bin" not in argv
-    assert cfg.unsupported() is None
-    with_mount = json.loads(json.dumps(INSPECT))
-    with_mount[0]["Mounts"] = [{"Type": "bind"}]
-    assert "bind" in (parse_inspect("n", json.dumps(with_mount)).unsupported() or "")
+def test_inspect_parser_reads_state_and_refuses_garbage() -> None:
+    state = parse_inspect("node-1", json.dumps(INSPECT))
+    assert (state.name, state.running, state.cpuset) == ("web-1", True, "0")
     with pytest.raises(NodeError, match="node-1"):
         parse_inspect("node-1", "<html>")
 

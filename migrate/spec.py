@@ -1,0 +1,191 @@
+"""What a container is, read from its `docker inspect` document, and what its copy on another node
+must be. Pure: the observer, the planner's eligibility and migration preflight all call these, so
+"can this container move" is answered by one rule, and the target is created from what the
+operator gave (Config, HostConfig, networks), not from a hand-picked argv.
+
+Movable means CRIU plus copies can carry everything the container depends on: its memory (the
+checkpoint), its writable layer and local named volumes (copied node to node), its networks
+(re-created on the target) and published ports (bound on the target). Things that stay tied to
+one host (devices, GPUs, the host's network/PID/IPC namespaces, bind mounts of host paths, volumes
+of other drivers, a volume shared with another container) make it immovable, with a reason.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: label an operator sets to keep a container where it is
+OPT_OUT_LABEL = "peakpack.migrate"
+#: label saying the container's bind-mounted paths are shared storage present on every node
+SHARED_PATHS_LABEL = "peakpack.shared-paths"
+#: networks every engine has; never created or removed by a migration
+BUILTIN_NETWORKS = frozenset({"bridge", "host", "none", "default"})
+
+Inspect = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class VolumeUse:
+    name: str
+    destination: str
+    driver: str
+
+
+def name_of(d: Inspect) -> str:
+    return str(d["Name"]).lstrip("/")
+
+
+def labels(d: Inspect) -> Mapping[str, str]:
+    return d["Config"].get("Labels") or {}
+
+
+def volumes(d: Inspect) -> list[VolumeUse]:
+    """Named and anonymous volumes the container mounts (bind mounts and tmpfs are not volumes)."""
+    return [VolumeUse(m["Name"], m["Destination"], m.get("Driver") or "local")
+            for m in d.get("Mounts") or () if m.get("Type") == "volume"]
+
+
+def bind_sources(d: Inspect) -> list[str]:
+    return [m["Source"] for m in d.get("Mounts") or () if m.get("Type") == "bind"]
+
+
+def published_ports(d: Inspect) -> tuple[str, ...]:
+    """Host ports the container publishes, as 'PORT/PROTO' (the host side, which must be free on
+    the node it runs on)."""
+    found = set()
+    for spec, bindings in (d["HostConfig"].get("PortBindings") or {}).items():
+        proto = spec.partition("/")[2] or "tcp"
+        for b in bindings or ():
+            if b.get("HostPort"):
+                found.add(f"{b['HostPort']}/{proto}")
+    return tuple(sorted(found))
+
+
+def user_networks(d: Inspect) -> list[str]:
+    """User-defined networks the container is attached to (to be present on the target)."""
+    return sorted(n for n in (d["NetworkSettings"].get("Networks") or {}) if n not in BUILTIN_NETWORKS)
+
+
+def why_immovable(d: Inspect) -> str | None:
+    """Why this container cannot be live-migrated on its own, or None if it can."""
+    lab = labels(d)
+    host = d["HostConfig"]
+    if lab.get(OPT_OUT_LABEL, "").lower() == "false":
+        return f"opted out with the label {OPT_OUT_LABEL}=false"
+    if host.get("Devices"):
+        return "it uses host devices, which stay on their node"
+    if host.get("DeviceRequests"):
+        return "it requests GPUs or other devices, which CRIU cannot move"
+    for key, what in (("NetworkMode", "network"), ("PidMode", "PID namespace"), ("IpcMode", "IPC namespace")):
+        mode = str(host.get(key) or "")
+        if mode == "host":
+            return f"it uses the host's {what} (--{what.split()[0].lower()} host)"
+        if mode.startswith("container:"):
+            return f"it shares the {what} of another container ({mode})"
+    binds = bind_sources(d)
+    if binds and lab.get(SHARED_PATHS_LABEL, "").lower() != "true":
+        return (f"it bind-mounts {binds[0]} from its node; use a named volume, or label it "
+                f"{SHARED_PATHS_LABEL}=true if the path is shared storage on every node")
+    for v in volumes(d):
+        if v.driver != "local":
+            return f"volume {v.name} uses the {v.driver} driver; only local volumes are copied"
+    driver = d.get("GraphDriver", {}).get("Name")
+    if driver and driver != "overlay2":
+        return f"its writable layer is on the {driver} storage driver; only overlay2 layers are copied"
+    return None
+
+
+def immovable(containers: Iterable[Inspect]) -> dict[str, str]:
+    """Every container of one node that cannot move, with its reason: the per-container rule,
+    plus volumes shared between containers (moving one would split them)."""
+    items = list(containers)
+    users: dict[str, list[str]] = defaultdict(list)
+    for d in items:
+        for v in volumes(d):
+            users[v.name].append(name_of(d))
+    result = {}
+    for d in items:
+        name = name_of(d)
+        why = why_immovable(d)
+        if why is None:
+            shared = next((v.name for v in volumes(d) if len(users[v.name]) > 1), None)
+            if shared is not None:
+                others = ", ".join(sorted(set(users[shared]) - {name}))
+                why = f"volume {shared} is shared with {others}; they can only move together"
+        if why is not None:
+            result[name] = why
+    return result
+
+
+def port_clashes(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:
+    """Published ports of `d` that a container on the target already publishes."""
+    taken = {p for other in on_target for p in published_ports(other)}
+    return [p for p in published_ports(d) if p in taken]
+
+
+def create_body(d: Inspect, *, source_address: str, target_address: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Engine API body that creates the same container on another node, and the endpoint
+    settings of the networks to connect after creation (the engine takes one at create time).
+
+    Dropped, because they are node-local: the ID, the cpuset (pinning picks one per node), the
+    short-ID network alias. Port bindings on the source node's own address move to the target's.
+    Every volume is named explicitly, anonymous ones included, so the target mounts the volume the
+    data was copied into instead of a new empty one.
+    """
+    body: dict[str, Any] = copy.deepcopy(dict(d["Config"]))
+    host: dict[str, Any] = copy.deepcopy(dict(d["HostConfig"]))
+    host["CpusetCpus"] = ""
+    for bindings in (host.get("PortBindings") or {}).values():
+        for b in bindings or ():
+            if b.get("HostIp") == source_address:
+                b["HostIp"] = target_address
+    declared = {str(b).split(":")[1] for b in host.get("Binds") or () if ":" in str(b)}
+    declared |= {m.get("Target") for m in host.get("Mounts") or ()}
+    extra_binds = [f"{v.name}:{v.destination}" + ("" if _rw(d, v.destination) else ":ro")
+                   for v in volumes(d) if v.destination not in declared]
+    if extra_binds:
+        host["Binds"] = [*(host.get("Binds") or ()), *extra_binds]
+    body["HostConfig"] = host
+    short_id = str(d["Id"])[:12]
+    endpoints = {}
+    for net, ep in (d["NetworkSettings"].get("Networks") or {}).items():
+        aliases = [a for a in ep.get("Aliases") or () if a != short_id]
+        endpoints[net] = {"Aliases": aliases or None, "IPAMConfig": ep.get("IPAMConfig"),
+                          "Links": ep.get("Links"), "DriverOpts": ep.get("DriverOpts")}
+    mode = str(host.get("NetworkMode") or "")
+    first = mode if mode in endpoints else ("bridge" if mode == "default" and "bridge" in endpoints else None)
+    if first is not None:
+        body["NetworkingConfig"] = {"EndpointsConfig": {first: endpoints.pop(first)}}
+    return body, endpoints
+
+
+def _rw(d: Inspect, destination: str) -> bool:
+    return next((bool(m.get("RW", True)) for m in d.get("Mounts") or () if m.get("Destination") == destination), True)
+
+
+def network_create_args(net: Inspect) -> dict[str, Any]:
+    """`docker network inspect` of a user-defined network -> kwargs of APIClient.create_network
+    that make the same network (driver, subnets, options, labels) on another engine."""
+    ipam = net.get("IPAM") or {}
+    return {
+        "name": net["Name"], "driver": net.get("Driver") or "bridge", "options": net.get("Options") or None,
+        "ipam": {"Driver": ipam.get("Driver") or "default", "Config": ipam.get("Config") or [],
+                 "Options": ipam.get("Options") or None},
+        "internal": bool(net.get("Internal")), "labels": net.get("Labels") or None,
+        "enable_ipv6": bool(net.get("EnableIPv6")), "attachable": bool(net.get("Attachable")),
+        "check_duplicate": True,
+    }
+
+
+def same_network(a: Inspect, b: Inspect) -> str | None:
+    """None when two engines' networks of one name are interchangeable, else what differs."""
+    if (a.get("Driver") or "bridge") != (b.get("Driver") or "bridge"):
+        return f"driver {b.get('Driver')} instead of {a.get('Driver')}"
+    subnets = [sorted(c.get("Subnet", "") for c in (n.get("IPAM") or {}).get("Config") or ()) for n in (a, b)]
+    if subnets[0] != subnets[1] and subnets[0]:
+        return f"subnet {', '.join(subnets[1]) or 'automatic'} instead of {', '.join(subnets[0])}"
+    return None

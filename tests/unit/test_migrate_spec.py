@@ -1,0 +1,154 @@
+"""The one rule for "can this container move" and the target's create body, on inspect documents
+shaped like dockerd 20.10's; and the planner honouring the rule (immovable containers and
+published ports) so no plan proposes a move that preflight refuses."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from migrate import spec
+from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState,
+                                PowerCurve)
+from orchestrator.planning import eligibility, make_plan, port_clashes
+
+SERVICE: dict[str, Any] = {
+    "Id": "0123456789abcdef0123", "Name": "/web", "Image": "sha256:feed",
+    "State": {"Running": True},
+    "Config": {"Hostname": "0123456789ab", "Image": "peakpack/busybox:lab", "Env": ["A=1", "PATH=/bin"],
+               "Cmd": ["httpd", "-f"], "Labels": {"team": "shop"}, "ExposedPorts": {"80/tcp": {}}},
+    "HostConfig": {"NetworkMode": "appnet", "CpusetCpus": "1", "Memory": 67108864,
+                   "RestartPolicy": {"Name": "unless-stopped", "MaximumRetryCount": 0},
+                   "PortBindings": {"80/tcp": [{"HostIp": "10.0.0.11", "HostPort": "8080"}]},
+                   "Binds": ["data:/data"], "Devices": [], "DeviceRequests": None, "PidMode": "", "IpcMode": "private"},
+    "Mounts": [{"Type": "volume", "Name": "data", "Source": "/var/lib/docker/volumes/data/_data",
+                "Destination": "/data", "Driver": "local", "RW": True},
+               {"Type": "volume", "Name": "f00d", "Source": "/var/lib/docker/volumes/f00d/_data",
+                "Destination": "/cache", "Driver": "local", "RW": False}],
+    "NetworkSettings": {"Networks": {
+        "appnet": {"Aliases": ["0123456789ab", "web-alias"], "IPAMConfig": None, "Links": None, "DriverOpts": None},
+        "backnet": {"Aliases": ["0123456789ab"], "IPAMConfig": {"IPv4Address": "172.31.0.9"}, "Links": None,
+                    "DriverOpts": None}}},
+    "GraphDriver": {"Name": "overlay2", "Data": {"UpperDir": "/var/lib/docker/overlay2/x/diff"}},
+}
+
+
+def variant(**changes: Any) -> dict[str, Any]:
+    """SERVICE with keys replaced; nested keys joined by '__' ('HostConfig__PidMode')."""
+    d = copy.deepcopy(SERVICE)
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        target = d
+        for p in parents:
+            target = target[p]
+        target[key] = value
+    return d
+
+
+def test_a_service_with_ports_volumes_and_networks_can_move() -> None:
+    assert spec.why_immovable(SERVICE) is None
+    assert spec.published_ports(SERVICE) == ("8080/tcp",)
+    assert spec.user_networks(SERVICE) == ["appnet", "backnet"]
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"Config__Labels": {"peakpack.migrate": "false"}}, "opted out"),
+    ({"HostConfig__Devices": [{"PathOnHost": "/dev/fuse"}]}, "host devices"),
+    ({"HostConfig__DeviceRequests": [{"Driver": "nvidia"}]}, "GPUs"),
+    ({"HostConfig__NetworkMode": "host"}, "host's network"),
+    ({"HostConfig__PidMode": "host"}, "PID namespace"),
+    ({"HostConfig__IpcMode": "host"}, "IPC namespace"),
+    ({"HostConfig__NetworkMode": "container:abc"}, "another container"),
+    ({"Mounts": [{"Type": "bind", "Source": "/srv/app", "Destination": "/app"}]}, "bind-mounts /srv/app"),
+    ({"Mounts": [{"Type": "volume", "Name": "nfs1", "Destination": "/x", "Driver": "nfs"}]}, "nfs driver"),
+    ({"GraphDriver": {"Name": "vfs", "Data": {}}}, "vfs storage driver"),
+])
+def test_what_stays_tied_to_its_node_is_immovable_with_a_reason(changes: dict[str, Any], words: str) -> None:
+    why = spec.why_immovable(variant(**changes))
+    assert why is not None and words in why
+
+
+def test_shared_paths_label_lets_bind_mounts_move() -> None:
+    d = variant(Mounts=[{"Type": "bind", "Source": "/shared/app", "Destination": "/app"}],
+                Config__Labels={"peakpack.shared-paths": "true"})
+    assert spec.why_immovable(d) is None and spec.bind_sources(d) == ["/shared/app"]
+
+
+def test_a_volume_shared_by_two_containers_pins_both() -> None:
+    other = variant(Name="/worker", Mounts=[SERVICE["Mounts"][0]])
+    lone = variant(Name="/lone", Mounts=[])
+    assert spec.immovable([SERVICE, other, lone]) == {
+        "web": "volume data is shared with worker; they can only move together",
+        "worker": "volume data is shared with web; they can only move together",
+    }
+
+
+def test_port_clash_is_found_against_the_targets_containers() -> None:
+    other = variant(Name="/other", HostConfig__PortBindings={"81/tcp": [{"HostIp": "", "HostPort": "8080"}]})
+    udp = variant(Name="/dns", HostConfig__PortBindings={"53/udp": [{"HostIp": "", "HostPort": "8080"}]})
+    assert spec.port_clashes(SERVICE, [other]) == ["8080/tcp"]
+    assert spec.port_clashes(SERVICE, [udp]) == []
+
+
+def test_create_body_keeps_every_setting_but_node_local_ones() -> None:
+    body, more = spec.create_body(SERVICE, source_address="10.0.0.11", target_address="10.0.0.12")
+    host = body.pop("HostConfig")
+    endpoints = body.pop("NetworkingConfig")["EndpointsConfig"]
+    assert body == SERVICE["Config"]  # hostname, env, labels, command, image, exposed ports: as given
+    assert host["CpusetCpus"] == ""  # pinning chooses per node
+    assert host["PortBindings"] == {"80/tcp": [{"HostIp": "10.0.0.12", "HostPort": "8080"}]}
+    assert host["RestartPolicy"] == SERVICE["HostConfig"]["RestartPolicy"] and host["Memory"] == 67108864
+    assert host["Binds"] == ["data:/data", "f00d:/cache:ro"]  # the anonymous volume by name, read-only kept
+    assert endpoints == {"appnet": {"Aliases": ["web-alias"], "IPAMConfig": None, "Links": None, "DriverOpts": None}}
+    assert more == {"backnet": {"Aliases": None, "IPAMConfig": {"IPv4Address": "172.31.0.9"}, "Links": None,
+                                "DriverOpts": None}}
+    assert SERVICE["HostConfig"]["CpusetCpus"] == "1"  # the inspect document itself is untouched
+
+
+def test_networks_compare_by_driver_and_subnet() -> None:
+    a = {"Name": "appnet", "Driver": "bridge", "IPAM": {"Driver": "default", "Config": [{"Subnet": "172.30.0.0/24"}]}}
+    b = copy.deepcopy(a)
+    assert spec.same_network(a, b) is None
+    b["IPAM"]["Config"] = [{"Subnet": "172.29.0.0/24"}]
+    assert "subnet 172.29.0.0/24 instead of 172.30.0.0/24" == spec.same_network(a, b)
+    args = spec.network_create_args(a)
+    assert (args["name"], args["driver"], args["ipam"]["Config"]) == ("appnet", "bridge", [{"Subnet": "172.30.0.0/24"}])
+
+
+# -- the planner honours the rule --------------------------------------------------------------
+
+def cluster(*containers: Container) -> tuple[Inventory, ClusterSnapshot]:
+    curve = PowerCurve.linear(100, 250)
+    nodes = tuple(NodeSpec(f"node-{i}", f"10.0.0.{i}", 4, 8192, curve) for i in (1, 2, 3))
+    inv = Inventory(ClusterConfig("t"), nodes)
+    return inv, ClusterSnapshot(tuple(NodeState(n.name) for n in nodes), containers)
+
+
+def test_immovable_containers_stay_and_keep_their_node_on() -> None:
+    # three light containers spread thinly: the planner would consolidate them all onto one node
+    inv, snap = cluster(Container("a", "node-1", 0.3, 64), Container("b", "node-2", 0.3, 64),
+                        Container("pinned", "node-3", 0.3, 64, immovable="it bind-mounts /srv"))
+    plan = make_plan(inv, snap, time_limit_s=2)
+    moved = {a.container for a in plan.migrations}
+    assert "pinned" not in moved and moved  # the others still consolidate...
+    assert {a.target for a in plan.migrations} == {"node-3"}  # ...onto the node that has to stay on
+    assert "node-3" not in {a.node for a in plan.actions if a.kind.value == "power_off"}
+
+
+def test_a_published_port_keeps_containers_off_nodes_where_it_is_taken() -> None:
+    inv, snap = cluster(Container("web1", "node-1", 0.3, 64, ports=("8080/tcp",)),
+                        Container("web2", "node-2", 0.3, 64, ports=("8080/tcp",)),
+                        Container("c", "node-3", 0.3, 64))
+    assert eligibility(inv, snap) == {"web1": frozenset({"node-1", "node-3"}),
+                                      "web2": frozenset({"node-2", "node-3"})}
+    plan = make_plan(inv, snap, time_limit_s=2)
+    final = snap.placement() | {a.container: a.target for a in plan.migrations}
+    assert final["web1"] != final["web2"] and port_clashes(snap, final) == {}
+
+
+def test_port_clashes_blame_the_container_that_moves() -> None:
+    _, snap = cluster(Container("stay", "node-1", 0.3, 64, ports=("80/tcp",)),
+                      Container("mover", "node-2", 0.3, 64, ports=("80/tcp",)))
+    assert port_clashes(snap, {"stay": "node-1", "mover": "node-1"}) == {"mover": "node-1"}
