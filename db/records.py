@@ -22,6 +22,7 @@ class MigrationState(StrEnum):
     PENDING = "PENDING"
     PREFLIGHT = "PREFLIGHT"
     CREATING = "CREATING"
+    PRECOPY = "PRECOPY"
     CHECKPOINTING = "CHECKPOINTING"
     TRANSFERRING = "TRANSFERRING"
     RESTORING = "RESTORING"
@@ -31,6 +32,7 @@ class MigrationState(StrEnum):
     FAILED = "FAILED"                    # failed before the source was touched
     ROLLED_BACK = "ROLLED_BACK"          # restored on the source from the same checkpoint
     ROLLBACK_FAILED = "ROLLBACK_FAILED"  # an operator must look: the record says where state is
+    IN_DOUBT = "IN_DOUBT"                # unresolved: a node that matters does not answer (yet)
 
     @property
     def terminal(self) -> bool:
@@ -171,3 +173,13 @@ class EnergyRow:
         if self.container is not None:
             d["container"] = self.container
         return d
+
+
+@dataclass(frozen=True)
+class LeaseRecord(JsonRecord):
+    """Who leads the store now: the holder of an unexpired lease and its fencing token."""
+
+    holder: str
+    token: int
+    acquired_at: datetime
+    expires_at: datetime

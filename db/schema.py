@@ -153,11 +153,14 @@ class EnergyRowDb(Base):
     plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
 
 
-class ControllerLockRow(Base):
-    """At most one row: the controller that owns this store, with a heartbeat."""
+class ControllerLeaseRow(Base):
+    """Exactly one row (id 1, created by the revision and never deleted): who may act on this
+    store, until when, and the fencing token. The token only grows, +1 for every new holder, so
+    a writer can prove it still leads by finding its own token here."""
 
-    __tablename__ = "controller_lock"
+    __tablename__ = "controller_lease"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    owner: Mapped[str] = mapped_column(String(200))
-    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    token: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str | None] = mapped_column(String(200))
+    acquired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,10 +1,11 @@
 """The state store: plans and their action journal, migrations step by step, power events,
-energy, pinning, node facts and the controller lock.
+energy, pinning, node facts and the controller lease.
 
 SQLite (default, WAL, busy_timeout, foreign keys) or any SQLAlchemy URL (PostgreSQL works
 unchanged). The schema is brought to Alembic's head on open, so an upgraded peakpack migrates
 an old store in place. Every write is its own short transaction: the journal must be on disk
-before the action it describes runs.
+before the action it describes runs. A handle fenced with a lease token (`fence`) refuses every
+write once another controller has taken the lease (FencedError), in the write's own transaction.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select, update
+from sqlalchemy import Engine, create_engine, event, func, or_, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import PeakpackError, StoreError
@@ -33,6 +34,7 @@ from .records import (
     ActionState,
     EnergyRow,
     EnergySample,
+    LeaseRecord,
     MigrationRecord,
     MigrationState,
     PlanRecord,
@@ -41,7 +43,7 @@ from .records import (
 )
 from .schema import (
     ActionRow,
-    ControllerLockRow,
+    ControllerLeaseRow,
     EnergyRowDb,
     EnergySampleRow,
     MigrationRow,
@@ -53,9 +55,14 @@ from .schema import (
 )
 
 __all__ = [
-    "ActionState", "EnergyRow", "EnergySample", "MigrationState", "Store", "default_url",
-    "parse_duration",
+    "ActionState", "EnergyRow", "EnergySample", "FencedError", "LeaseRecord", "MigrationState", "Store",
+    "default_url", "parse_duration",
 ]
+
+
+class FencedError(StoreError):
+    """A write by a controller whose lease token is no longer the store's: another one took over."""
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -79,6 +86,10 @@ def default_url() -> str:
     folder = Path(user_data_dir("peakpack"))
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'peakpack.db'}"
+
+
+#: PostgreSQL advisory lock key that serialises schema upgrades ("peak")
+_SCHEMA_LOCK = 0x7065616B
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -113,14 +124,31 @@ def _engine(url: str) -> Engine:
 
 
 def _upgrade(engine: Engine) -> None:
+    """Bring the schema to head, one process at a time: two controllers started together on a
+    new database would otherwise both create the tables, and one would fail."""
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
     with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":  # the write lock before alembic reads the version
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        elif engine.dialect.name == "postgresql":  # released when this transaction ends
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def _no_write_in_a_read(session: Session, *_: Any) -> None:
+    """Every write must go through Store._write, the one place the fence is checked."""
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("a write inside Store._tx: use Store._write so that it is fenced")
+
+
+def _no_statement_write_in_a_read(state: Any) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        raise RuntimeError("a write inside Store._tx: use Store._write so that it is fenced")
 
 
 class Store:
@@ -129,6 +157,10 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._reads = sessionmaker(engine, expire_on_commit=False)
+        event.listen(self._reads, "before_flush", _no_write_in_a_read)
+        event.listen(self._reads, "do_orm_execute", _no_statement_write_in_a_read)
+        self._token: int | None = None
 
     @classmethod
     def open(cls, url: str | None = None) -> "Store":
@@ -151,15 +183,41 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
+        """A read: never fenced (a standby or `peakpack history` reads while another leads)."""
+        with self._reads.begin() as session:
             yield session
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """A write transaction; on a fenced handle its first statement proves the lease is ours.
+
+        The proof is a no-op UPDATE of the lease row that matches only while the row carries our
+        token. Being a write, it takes the row's lock until commit (PostgreSQL: the row lock;
+        SQLite: the database's write lock, and pysqlite's BEGIN comes right before it), and a
+        take-over is an UPDATE of the same row: it cannot commit between this check and our write.
+        """
+        with self._sessions.begin() as session:
+            token = self._token
+            if token is not None:
+                L = ControllerLeaseRow
+                ours = update(L).where(L.id == 1, L.token == token).values(token=L.token)
+                if session.execute(ours).rowcount != 1:
+                    row = session.get(L, 1)
+                    who = f"controller {row.holder}" if row is not None and row.holder else "another controller"
+                    raise FencedError(f"--db: {who} took over (lease token {row.token if row else '?'} > {token}); "
+                                      "this one stops")
+            yield session
+
+    def fence(self, token: int | None) -> None:
+        """Bind every later write of this handle to lease `token` (None: unfenced, writes as before)."""
+        self._token = token
 
     # -- plans and the action journal -------------------------------------------------------
 
     def save_plan(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot) -> int:
         """The plan and every action (PENDING) in one transaction, before anything runs."""
         t = now()
-        with self._tx() as s:
+        with self._write() as s:
             row = PlanRow(
                 created_at=t,
                 inventory=inventory,
@@ -231,7 +289,7 @@ class Store:
             values["started_at"] = t
         elif state is not ActionState.PENDING:
             values["finished_at"] = t
-        with self._tx() as s:
+        with self._write() as s:
             if s.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values)).rowcount != 1:
                 raise StoreError(f"action {action_id}: no such action in the journal")
 
@@ -252,7 +310,7 @@ class Store:
     # -- migrations ---------------------------------------------------------------------------
 
     def begin_migration(self, container: str, source: str, target: str, action_id: int | None = None) -> int:
-        with self._tx() as s:
+        with self._write() as s:
             row = MigrationRow(container=container, source=source, target=target, action_id=action_id,
                                state=MigrationState.PENDING.value, started_at=now())
             s.add(row)
@@ -261,7 +319,7 @@ class Store:
 
     def step_started(self, migration_id: int, step: str) -> int:
         """Journal a step before it runs; the migration's state names the step in flight."""
-        with self._tx() as s:
+        with self._write() as s:
             mig = s.get(MigrationRow, migration_id)
             if mig is None:
                 raise StoreError(f"migration {migration_id}: no such migration")
@@ -273,7 +331,7 @@ class Store:
             return row.id
 
     def step_finished(self, step_id: int, ok: bool, detail: str | None = None, bytes: int | None = None) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             s.execute(update(MigrationStepRow).where(MigrationStepRow.id == step_id).values(
                 state="DONE" if ok else "FAILED", detail=detail, bytes=bytes, finished_at=now()))
 
@@ -293,7 +351,7 @@ class Store:
         state = MigrationState(state)
         if state not in TERMINAL_MIGRATION_STATES:
             raise ValueError(f"finish_migration needs a terminal state, not {state}")
-        with self._tx() as s:
+        with self._write() as s:
             s.execute(update(MigrationRow).where(MigrationRow.id == migration_id).values(
                 state=state.value, reason=reason, checkpoint_ms=checkpoint_ms, transfer_ms=transfer_ms,
                 restore_ms=restore_ms, frozen_ms=frozen_ms, total_ms=total_ms, bytes=bytes,
@@ -324,7 +382,7 @@ class Store:
     # -- pinning --------------------------------------------------------------------------------
 
     def record_pinning(self, node: str, container: str, cpuset: str) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             s.add(PinningRow(node=node, container=container, cpuset=cpuset, at=now()))
 
     def list_pinnings(self, node: str | None = None) -> list[dict[str, Any]]:
@@ -340,7 +398,7 @@ class Store:
     def begin_power_event(self, node: str, action: str, reason: str | None = None) -> int:
         if action not in (ActionKind.POWER_ON.value, ActionKind.POWER_OFF.value):
             raise ValueError(f"power action must be power_on or power_off, not {action!r}")
-        with self._tx() as s:
+        with self._write() as s:
             row = PowerEventRow(node=node, action=action, state="ONGOING", reason=reason, at=now())
             s.add(row)
             s.flush()
@@ -349,7 +407,7 @@ class Store:
     def finish_power_event(self, event_id: int, state: str, detail: str | None = None) -> None:
         if state not in ("SUCCEEDED", "FAILED"):
             raise ValueError(f"power event state must be SUCCEEDED or FAILED, not {state!r}")
-        with self._tx() as s:
+        with self._write() as s:
             s.execute(update(PowerEventRow).where(PowerEventRow.id == event_id).values(
                 state=state, detail=detail, finished_at=now()))
 
@@ -372,12 +430,12 @@ class Store:
         return row
 
     def quarantine(self, node: str, reason: str) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             row = self._node_status(s, node)
             row.quarantined_reason, row.quarantined_at = reason, now()
 
     def clear_quarantine(self, node: str) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             row = self._node_status(s, node)
             row.quarantined_reason, row.quarantined_at = None, None
 
@@ -387,7 +445,7 @@ class Store:
             return {r.node: r.quarantined_reason or "" for r in s.scalars(q)}
 
     def set_idle_since(self, node: str, at: datetime | None) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             self._node_status(s, node).idle_since = at
 
     def idle_since(self, node: str) -> datetime | None:
@@ -398,7 +456,7 @@ class Store:
     # -- energy ---------------------------------------------------------------------------------
 
     def add_energy_samples(self, samples: Sequence[EnergySample]) -> None:
-        with self._tx() as s:
+        with self._write() as s:
             s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, zone=x.zone, energy_uj=x.energy_uj,
                                       max_energy_range_uj=x.max_energy_range_uj, power_w=x.power_w)
                       for x in samples)
@@ -417,7 +475,7 @@ class Store:
         for r in rows:
             if r.energy_j < 0 or r.end < r.start:
                 raise ValueError(f"energy row for {r.node} is negative or ends before it starts: {r}")
-        with self._tx() as s:
+        with self._write() as s:
             s.add_all(EnergyRowDb(node=r.node, container=r.container, start=r.start, end=r.end,
                                   energy_j=r.energy_j, source=r.source, plan_id=r.plan_id) for r in rows)
 
@@ -447,37 +505,67 @@ class Store:
             for (node, container), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
         ]
 
-    # -- the controller lock ----------------------------------------------------------------------
+    # -- the controller lease -------------------------------------------------------------------
 
-    def acquire_lock(self, owner: str, stale_after_s: float = 120) -> bool:
-        """True if `owner` now holds the lock; a holder whose heartbeat is older than
-        `stale_after_s` is presumed dead (a crashed controller) and replaced."""
-        t = now()
+    def _clock(self, s: Session) -> datetime:
+        """Lease times come from one clock: the server's on PostgreSQL (the hosts' clocks may
+        disagree), this host's on SQLite (every user of the file is on this host)."""
+        server = s.scalar(select(func.now())) if self.engine.dialect.name == "postgresql" else None
+        return now() if server is None else server.astimezone(timezone.utc)
+
+    @contextmanager
+    def _lease_tx(self) -> Iterator[Session]:
+        """Lease statements: a busy or unreachable database is a one-line StoreError."""
         try:
-            with self._tx() as s:
-                row = s.get(ControllerLockRow, 1, with_for_update=True)
-                if row is None:
-                    s.add(ControllerLockRow(id=1, owner=owner, acquired_at=t, heartbeat_at=t))
-                    return True
-                if row.owner == owner or t - row.heartbeat_at > timedelta(seconds=stale_after_s):
-                    row.owner, row.acquired_at, row.heartbeat_at = owner, t, t
-                    return True
-                return False
-        except IntegrityError:
-            return False
+            with self._sessions.begin() as session:
+                yield session
+        except OperationalError as exc:
+            raise StoreError(f"--db: the controller lease is unreachable: {' '.join(str(exc.orig).split())}") from None
 
-    def lock_holder(self) -> tuple[str, datetime] | None:
-        with self._tx() as s:
-            row = s.get(ControllerLockRow, 1)
-            return None if row is None else (row.owner, row.heartbeat_at)
+    def acquire_lease(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None:
+        """Take the lease for `ttl_s` seconds: the new fencing token, or None while another
+        holder's lease runs (`replacing`: a holder known to be dead, taken over at once).
 
-    def refresh_lock(self, owner: str) -> None:
-        with self._tx() as s:
-            s.execute(update(ControllerLockRow).where(ControllerLockRow.owner == owner).values(heartbeat_at=now()))
+        One conditional UPDATE decides: of two racing callers the database lets one update the
+        row and makes the other re-read it (PostgreSQL re-checks the WHERE on the new row, SQLite
+        serialises writers), so exactly one wins and the other gets None."""
+        L = ControllerLeaseRow
+        with self._lease_tx() as s:
+            t = self._clock(s)
+            free = or_(L.holder.is_(None), L.holder == owner, L.expires_at <= t)
+            if replacing is not None:
+                free = or_(free, L.holder == replacing)
+            taken = update(L).where(L.id == 1, free).values(
+                token=L.token + 1, holder=owner, acquired_at=t, expires_at=t + timedelta(seconds=ttl_s))
+            if s.execute(taken).rowcount != 1:
+                return None
+            return s.scalar(select(L.token).where(L.id == 1))
 
-    def release_lock(self, owner: str) -> None:
-        with self._tx() as s:
-            s.execute(delete(ControllerLockRow).where(ControllerLockRow.owner == owner))
+    def renew_lease(self, owner: str, token: int, ttl_s: float) -> bool:
+        """Extend our lease to now + `ttl_s`; False when another holder has taken it since."""
+        L = ControllerLeaseRow
+        with self._lease_tx() as s:
+            t = self._clock(s)
+            mine = update(L).where(L.id == 1, L.token == token, L.holder == owner)
+            return s.execute(mine.values(expires_at=t + timedelta(seconds=ttl_s))).rowcount == 1
+
+    def release_lease(self, owner: str, token: int) -> None:
+        """Free the lease now (a standby takes it at its next poll); the token stays as it is."""
+        L = ControllerLeaseRow
+        with self._lease_tx() as s:
+            t = self._clock(s)
+            s.execute(update(L).where(L.id == 1, L.token == token, L.holder == owner)
+                      .values(holder=None, expires_at=t))
+
+    def lease_holder(self) -> LeaseRecord | None:
+        """The holder of an unexpired lease, or None when the store is free to take."""
+        with self._lease_tx() as s:
+            t = self._clock(s)
+            row = s.get(ControllerLeaseRow, 1)
+            if row is None or row.holder is None or row.acquired_at is None or row.expires_at <= t:
+                return None
+            return LeaseRecord(holder=row.holder, token=row.token, acquired_at=row.acquired_at,
+                               expires_at=row.expires_at)
 
 
 def _action(r: ActionRow) -> ActionRecord:

@@ -2,7 +2,8 @@
 bridge with its own sshd, dockerd (--experimental, CRIU), IPMI BMC (pyghmi, UDP) and a
 powercap-style RAPL counter driven by its containers' CPU use."""
 
+from .faults import Fault
 from .layout import LabLayout, NodeLayout
 from .lab import Lab
 
-__all__ = ["Lab", "LabLayout", "NodeLayout"]
+__all__ = ["Fault", "Lab", "LabLayout", "NodeLayout"]

@@ -14,24 +14,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .faults import FULL_BYTES, Fault, disk_free_bytes, free_disk, heal, inject, partitioned
 from .image import LAB_IMAGE, build_rootfs_tar
 from .layout import STATE_FILE, LabLayout, NodeLayout
 from .node import (
     CGROUP_ROOT,
     DAEMON_PATH,
     LabError,
+    create_disk,
     docker,
     netns_pids,
     powered,
     read_pid,
+    release_disk,
     sh,
+    start_dockerd,
     start_node,
     stop_node,
     wait_for,
 )
 
 REQUIRED = ("ip", "nsenter", "dockerd", "docker", "docker-proxy", "iptables", "ssh", "ssh-keygen", "ipmitool",
-            "criu", "rsync")
+            "criu", "rsync", "mkfs.ext4", "losetup", "mount")
+#: each node's own filesystem (a sparse image: the host pays only for what is written)
+DISK_GB = 8
 
 #: runc tells CRIU to read this file on every checkpoint and restore (unless a container's
 #: `org.criu.config` annotation names another); one option per line, `#` starts a comment.
@@ -54,6 +60,9 @@ class NodeStatus:
     containers: int | None
     bmc: str
     energy_uj: int | None
+    partitioned: bool            # its link is down (`lab fault --partition`)
+    disk_free_bytes: int | None  # free on its own filesystem (None: a lab from before nodes had one)
+    disk_full: bool              # less than 1 MiB free (`lab fault --fill-disk`, or containers filled it)
 
     def to_json(self) -> dict[str, object]:
         return self.__dict__.copy()
@@ -84,10 +93,11 @@ class Lab:
 
     # -- up -------------------------------------------------------------------------------------
 
-    def up(self, nodes: int = 3, cpus: int = 2, log=print, notice=None) -> LabLayout:  # type: ignore[no-untyped-def]
+    def up(self, nodes: int = 3, cpus: int = 2, log=print, notice=None,  # type: ignore[no-untyped-def]
+           disk_gb: int = DISK_GB) -> LabLayout:
         """`log` gets progress lines (the CLI shows them in a passing spinner); `notice` (default:
         a line on stderr) gets what the operator must see afterwards, e.g. a file written outside
-        the lab folder."""
+        the lab folder. Each node's docker data-root is its own `disk_gb` GiB ext4 filesystem."""
         if notice is None:
             notice = _stderr
         if os.geteuid() != 0:
@@ -96,6 +106,8 @@ class Lab:
             raise LabError(f"--nodes: {nodes} is out of range; use 1..40")
         if cpus < 1:
             raise LabError(f"--cpus: {cpus} must be >= 1")
+        if not 1 <= disk_gb <= 1024:
+            raise LabError(f"--disk-gb: {disk_gb} is out of range; use 1..1024")
         missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
         if missing:
             raise LabError(f"lab up: {', '.join(missing)} missing; run sudo scripts/install-system-deps.sh")
@@ -114,6 +126,9 @@ class Lab:
             self._keys(lab)
             log(f"network: bridge {lab.bridge} on {lab.subnet}.0/24")
             self._network(lab)
+            log(f"disks: a sparse {disk_gb} GiB ext4 image per node on its docker data-root")
+            for n in lab.nodes:
+                create_disk(n, disk_gb)
             self._daemon(lab)
             log("starting dockerd and sshd on every node")
             with ThreadPoolExecutor(max_workers=4) as pool:
@@ -233,25 +248,53 @@ class Lab:
             dockerd = read_pid(n.pidfile("dockerd")) is not None
             containers = None
             if dockerd:
-                proc = docker(n, "ps", "-aq", check=False, timeout=10)
-                containers = len(proc.stdout.split()) if proc.returncode == 0 else None
+                try:  # a restarting dockerd accepts but answers only once it has stopped its orphans
+                    proc = docker(n, "ps", "-aq", check=False, timeout=10)
+                    containers = len(proc.stdout.split()) if proc.returncode == 0 else None
+                except subprocess.TimeoutExpired:
+                    pass
             try:
                 energy: int | None = int((n.rapl_zone / "energy_uj").read_text())
             except (OSError, ValueError):
                 energy = None
             port = (n.dir / "bmc.port").read_text().strip() if (n.dir / "bmc.port").exists() else "?"
+            free = disk_free_bytes(n)
             result.append(NodeStatus(
                 name=n.name, address=n.address, powered=powered(n), sshd=read_pid(n.pidfile("sshd")) is not None,
                 dockerd=dockerd, containers=containers, bmc=f"{lab.host_address}:{port}", energy_uj=energy,
+                partitioned=partitioned(n), disk_free_bytes=free, disk_full=free is not None and free < FULL_BYTES,
             ))
         return result
 
-    def ssh_argv(self, node: str) -> list[str]:
+    # -- faults -----------------------------------------------------------------------------------
+
+    def fault(self, node: str, fault: Fault | str) -> str:
+        """Inject `fault` into `node` (or undo one: HEAL, START_DOCKERD, FREE_DISK) for real;
+        idempotent. Returns one line saying what is now true. See lab/faults.py."""
+        try:
+            fault = Fault(fault)
+        except ValueError:
+            raise LabError(f"fault: {fault!r} is not one of {', '.join(f.value for f in Fault)}") from None
+        return inject(self._node(node), fault)
+
+    def clear_faults(self) -> None:
+        """Undo every fault on every node: links up, disks freed, dockerd running on powered nodes."""
+        for n in self.layout.nodes:
+            heal(n)
+            free_disk(n)
+            if powered(n):
+                start_dockerd(n)
+
+    def _node(self, node: str) -> NodeLayout:
         lab = self.layout
         try:
-            n = lab.node(node)
+            return lab.node(node)
         except KeyError:
             raise LabError(f"NODE: {node!r} is not in the lab; use one of {', '.join(x.name for x in lab.nodes)}") from None
+
+    def ssh_argv(self, node: str) -> list[str]:
+        lab = self.layout
+        n = self._node(node)
         return ["ssh", "-i", str(lab.keys / "id_ed25519"), "-o", f"UserKnownHostsFile={lab.keys / 'known_hosts'}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
                 f"root@{n.address}"]
@@ -288,7 +331,9 @@ class Lab:
             shutil.rmtree(n.exec_root, ignore_errors=True)
             _remove_cgroups(n.cgroup)
         sh(["ip", "link", "del", lab.bridge], check=False)
-        _unmount_under(lab.dir)
+        _unmount_under(lab.dir)  # the nodes' disks too (their loop devices detach with the unmount)
+        for n in lab.nodes:
+            release_disk(n)
         time.sleep(0.2)
         shutil.rmtree(lab.dir, ignore_errors=True)
         if lab.dir.exists():
@@ -335,10 +380,16 @@ def _port_open(address: str, port: int) -> bool:
 
 
 def _unmount_under(folder: Path) -> None:
+    """Innermost first; a path can hold a stack (a node's disk, under dockerd's bind mount of its
+    data-root that a killed dockerd leaves behind), so repeat until nothing is left."""
     prefix = str(folder) + "/"
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", m], capture_output=True)
+    for _ in range(5):
+        mounts = [m for m in (line.split()[1] for line in Path("/proc/mounts").read_text().splitlines())
+                  if m.startswith(prefix)]
+        if not mounts:
+            return
+        for m in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)
 
 
 def _remove_cgroups(name: str) -> None:

@@ -27,6 +27,21 @@ class NodeLayout:
         return self.dir / "docker.sock"
 
     @property
+    def docker_root(self) -> Path:
+        """dockerd's --data-root, the mount point of the node's own filesystem (`disk_image`)."""
+        return self.dir / "docker"
+
+    @property
+    def disk_image(self) -> Path:
+        """A sparse file holding the node's ext4 filesystem, loop-mounted on `docker_root`."""
+        return self.dir / "disk.img"
+
+    @property
+    def fill_file(self) -> Path:
+        """What `--fill-disk` allocates: every free block of the node's filesystem."""
+        return self.docker_root / "peakpack-fill"
+
+    @property
     def powercap(self) -> Path:
         return self.dir / "powercap"
 

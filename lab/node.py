@@ -2,11 +2,14 @@
 network namespace (entered with nsenter --net only: `ip netns exec` remounts /sys and hides the
 cgroup v1 hierarchies dockerd needs). "Power off" is abrupt, like a real power loss: every
 container process is killed through the node's cgroup, then the daemons and every process left in
-the namespace."""
+the namespace. The node's disk is its own ext4 filesystem (a sparse image file, loop-mounted on
+dockerd's data-root), so it can fill up without filling the host's; it stays mounted while the
+node is off, like a real disk."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -33,15 +36,21 @@ def sh(argv: list[str], check: bool = True, **kw: object) -> subprocess.Complete
 
 
 def read_pid(pidfile: Path) -> int | None:
+    """The pid in `pidfile` if that process runs (a killed daemon's pidfile stays behind)."""
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError):
         return None
+    return pid if alive(pid) else None
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie: a SIGKILLed daemon stays a zombie until its parent reaps it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    return pid
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def nsenter(node: NodeLayout) -> list[str]:
@@ -56,12 +65,23 @@ def start_sshd(node: NodeLayout) -> None:
 
 
 def start_dockerd(node: NodeLayout) -> None:
+    """Start the node's dockerd and wait until its API answers. After a crash (SIGKILL) dockerd,
+    which runs without live-restore, first stops the containers it finds still running (each with
+    its stop signal, then SIGKILL after its stop timeout, 10 s by default) before it answers."""
     if read_pid(node.pidfile("dockerd")):
         return
+    if node.disk_image.exists():
+        mount_disk(node)  # never let dockerd write into the host's filesystem instead
+    # A killed dockerd leaves its pidfile, and its containerd's (which dies with it): dockerd
+    # refuses to start while its pid is taken, and waits forever for a containerd whose pid is
+    # still a zombie (its new parent reaps it when it likes) instead of starting a new one.
+    node.pidfile("dockerd").unlink(missing_ok=True)
+    if read_pid(containerd_pidfile(node)) is None:
+        containerd_pidfile(node).unlink(missing_ok=True)
     node.exec_root.mkdir(parents=True, exist_ok=True)
     argv = [
         *nsenter(node), "dockerd", "--experimental",
-        "--data-root", str(node.dir / "docker"), "--exec-root", str(node.exec_root),
+        "--data-root", str(node.docker_root), "--exec-root", str(node.exec_root),
         "-H", f"unix://{node.docker_sock}", "--pidfile", str(node.pidfile("dockerd")),
         "--containerd-namespace", node.netns, "--containerd-plugins-namespace", f"{node.netns}p",
         # docker0 (172.17.0.1/16), user-defined bridges, iptables NAT/port publishing and
@@ -71,9 +91,25 @@ def start_dockerd(node: NodeLayout) -> None:
         "--storage-driver", "overlay2",
     ]
     with open(node.log("dockerd"), "ab") as log:
-        subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                         env={**os.environ, "PATH": DAEMON_PATH})
-    wait_for(lambda: docker_ready(node), 60, f"{node.name}: dockerd did not start; see {node.log('dockerd')}")
+        logged = log.tell()
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PATH": DAEMON_PATH})
+
+    def ready() -> bool:
+        if proc.poll() is not None:  # e.g. on a full disk: it cannot create <data-root>/tmp
+            with open(node.log("dockerd"), "rb") as log:
+                log.seek(logged)
+                last = [line for line in log.read().decode(errors="replace").splitlines() if line.strip()][-1:]
+            raise LabError(f"{node.name}: dockerd exited with status {proc.returncode}: "
+                           f"{last[0][:300] if last else 'no output'}; see {node.log('dockerd')}")
+        return docker_ready(node)
+
+    wait_for(ready, 60, f"{node.name}: dockerd did not start; see {node.log('dockerd')}")
+
+
+def containerd_pidfile(node: NodeLayout) -> Path:
+    """dockerd starts and supervises its own containerd, which writes its pid here."""
+    return node.exec_root / "containerd" / "containerd.pid"
 
 
 def docker(node: NodeLayout, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -81,8 +117,63 @@ def docker(node: NodeLayout, *args: str, check: bool = True, timeout: float = 12
 
 
 def docker_ready(node: NodeLayout) -> bool:
-    return node.docker_sock.exists() and docker(node, "version", "--format", "{{.Server.Version}}", check=False,
-                                                timeout=10).returncode == 0
+    # a restarting dockerd accepts on its socket but answers only once it has restored its containers
+    try:
+        return node.docker_sock.exists() and docker(node, "version", "--format", "{{.Server.Version}}",
+                                                    check=False, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+# -- the node's disk ------------------------------------------------------------------------------
+
+def create_disk(node: NodeLayout, size_gb: int) -> None:
+    """A sparse image file with an ext4 filesystem (no blocks reserved for root, so root's writes
+    fill it too), mounted on the node's docker data-root. Costs the host only what is written."""
+    node.docker_root.mkdir(parents=True, exist_ok=True)
+    with open(node.disk_image, "wb") as image:
+        image.truncate(size_gb << 30)
+    sh(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", node.netns[:16], str(node.disk_image)])
+    mount_disk(node)
+
+
+def mount_disk(node: NodeLayout) -> None:
+    if disk_device(node) is None:
+        # discard: blocks freed inside (a removed container, the --fill-disk file) are punched
+        # out of the image file, so the host gets its space back
+        sh(["mount", "-t", "ext4", "-o", "loop,discard", str(node.disk_image), str(node.docker_root)])
+
+
+def disk_device(node: NodeLayout) -> str | None:
+    """The loop device of `node.disk_image` if it is what is mounted on the docker root."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        source = fields[fields.index("-") + 2]
+        if _unescape(fields[4]) == str(node.docker_root) and loop_backing(source) == node.disk_image:
+            return source
+    return None
+
+
+def loop_backing(device: str) -> Path | None:
+    if not re.fullmatch(r"/dev/loop\d+", device):
+        return None
+    try:
+        return Path(Path(f"/sys/block/{device[5:]}/loop/backing_file").read_text().strip())
+    except OSError:
+        return None
+
+
+def release_disk(node: NodeLayout) -> None:
+    """After everything under the lab folder is unmounted: detach a loop device still holding the
+    image (its autoclear detaches it with the last unmount; this catches one left busy)."""
+    proc = sh(["losetup", "-j", str(node.disk_image)], check=False)
+    for line in proc.stdout.splitlines():
+        sh(["losetup", "-d", line.split(":", 1)[0]], check=False)
+
+
+def _unescape(field: str) -> str:
+    """/proc/self/mountinfo writes space, tab, newline and backslash in paths as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def wait_for(predicate, seconds: float, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -119,8 +210,10 @@ def kill_all(pids: set[int], sig: int = signal.SIGKILL) -> None:
 def start_node(node: NodeLayout) -> None:
     """Power on: the BMC reports "on" at once, the node's services come up after (it boots)."""
     node.power_file.write_text("on\n")
-    start_dockerd(node)
-    start_sshd(node)
+    try:
+        start_dockerd(node)
+    finally:
+        start_sshd(node)  # a node whose dockerd fails (a full disk) still boots and answers SSH
 
 
 def stop_node(node: NodeLayout) -> None:

@@ -1,94 +1,114 @@
 """Runs many migrations with bounded parallelism (per node and per cluster), each journaled under
-its plan action, and repairs what a crash left half done (`reconcile_migrations`)."""
+its plan action, and settles the migrations a crash or an unreachable node left open
+(`reconcile_migrations`: at start, every epoch, and `peakpack reconcile`).
+
+One migration's failure never aborts the batch: every error ends in that migration's own
+settling, and whatever escapes is recorded against its action. A stop request lets migrations
+in flight settle and starts no new one.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
 
-from db.store import ActionState, MigrationState, Store
+from db.store import ActionState, FencedError, MigrationState, Store
 from orchestrator.errors import PeakpackError
 from orchestrator.model import Inventory
 from orchestrator.plan import Action
-
-from . import docker as dk
-from .handler import Migration, checkpoint_name
 from orchestrator.remote import SshPool
 from orchestrator.remote.engine import EnginePool
+
+from .handler import Migration
+from .settle import Facts, PowerProbe, Settler
 
 ACTION_STATE = {
     MigrationState.SUCCEEDED: ActionState.SUCCEEDED,
     MigrationState.FAILED: ActionState.FAILED,
     MigrationState.ROLLED_BACK: ActionState.ROLLED_BACK,
     MigrationState.ROLLBACK_FAILED: ActionState.FAILED,
+    MigrationState.IN_DOUBT: ActionState.ONGOING,  # settled by reconciliation, which updates the action
 }
+#: the journal's state once the checkpoint may have been taken
+FROZEN_STATES = frozenset({MigrationState.CHECKPOINTING, MigrationState.TRANSFERRING, MigrationState.RESTORING,
+                           MigrationState.VERIFYING, MigrationState.CLEANING_UP, MigrationState.IN_DOUBT})
 
 
 async def execute_migrations(
     ssh: SshPool, engines: EnginePool, store: Store, inventory: Inventory, actions: Sequence[tuple[int, Action]], *,
     per_node: int = 1, cluster: int = 2, progress: Callable[[str], None] | None = None,
+    bmc_power: PowerProbe | None = None, stop_requested: Callable[[], bool] = lambda: False,
 ) -> dict[int, ActionState]:
     """Each action: precondition re-checked (still running on its source?) else SKIPPED."""
     limit = asyncio.Semaphore(cluster)
     node_limits = {n.name: asyncio.Semaphore(per_node) for n in inventory.nodes}
     say = progress or (lambda _: None)
+    fenced: list[FencedError] = []  # once the store refuses us, nothing more starts
 
-    async def one(action_id: int, a: Action) -> tuple[int, ActionState]:
+    def stopping() -> bool:
+        return bool(fenced) or stop_requested()
+
+    async def one(action_id: int, a: Action) -> ActionState:
         assert a.container and a.source and a.target
         first, second = sorted((a.source, a.target))  # same order everywhere: no deadlock
         async with limit, node_limits[first], node_limits[second]:
+            if stopping():
+                if not fenced:
+                    store.set_action_state(action_id, ActionState.SKIPPED, "the controller is stopping")
+                return ActionState.SKIPPED
             try:
-                running = await dk.is_running(ssh, a.source, a.container)
+                got = await engines.inspect_container_or_none(a.source, a.container)
             except PeakpackError as exc:
                 store.set_action_state(action_id, ActionState.SKIPPED, f"source unreachable: {exc}")
-                return action_id, ActionState.SKIPPED
-            if not running:
+                return ActionState.SKIPPED
+            if got is None or not got["State"]["Running"]:
                 store.set_action_state(action_id, ActionState.SKIPPED, f"{a.container} no longer runs on {a.source}")
-                return action_id, ActionState.SKIPPED
+                return ActionState.SKIPPED
             store.set_action_state(action_id, ActionState.ONGOING)
             say(f"migrating {a.container}: {a.source} -> {a.target}")
-            try:
-                result = await Migration(ssh, engines, store, inventory, a.container, a.source, a.target, action_id).run()
-            except PeakpackError as exc:
-                store.set_action_state(action_id, ActionState.FAILED, str(exc))
-                return action_id, ActionState.FAILED
+            result = await Migration(ssh, engines, store, inventory, a.container, a.source, a.target, action_id,
+                                     bmc_power=bmc_power, stop_requested=stopping).run()
             state = ACTION_STATE[result.state]
             store.set_action_state(action_id, state, result.reason)
-            say(f"{a.container}: {result.state.value.lower()}")
-            return action_id, state
+            say(f"{a.container}: {result.state.value.lower()}" + (f" ({result.reason})" if result.reason else ""))
+            return state
 
-    return dict(await asyncio.gather(*(one(aid, a) for aid, a in actions)))
+    async def guarded(action_id: int, a: Action) -> tuple[int, ActionState]:
+        try:
+            return action_id, await one(action_id, a)
+        except FencedError as exc:  # the new leader settles it from the facts; we must not write or act
+            fenced.append(exc)
+            return action_id, ActionState.FAILED
+        except Exception as exc:  # noqa: BLE001 - one migration's error never aborts the others
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            try:
+                store.set_action_state(action_id, ActionState.FAILED, detail)
+            except Exception:  # noqa: BLE001 - the journal itself failed: reconciliation sees the migration
+                pass
+            return action_id, ActionState.FAILED
+
+    return dict(await asyncio.gather(*(guarded(aid, a) for aid, a in actions)))
 
 
-async def reconcile_migrations(ssh: SshPool, store: Store) -> list[str]:
-    """Finish or roll back every migration a crash left unfinished, by looking at both nodes;
+async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
+                               bmc_power: PowerProbe | None = None) -> list[str]:
+    """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. Returns one line per migration for the log."""
     lines = []
     for m in store.unfinished_migrations():
-        try:
-            src, dst = await asyncio.gather(dk.inspect(ssh, m.source, m.container), dk.inspect(ssh, m.target, m.container))
-        except PeakpackError as exc:
-            lines.append(f"migration {m.id} ({m.container}): left for later, a node does not answer: {exc}")
-            continue
-        why = f"the controller stopped during {m.state.value}"
-        try:
-            if dst is not None and dst.running:
-                if src is not None:
-                    await ssh.run(m.source, ["docker", "rm", "-f", m.container])
-                state, reason = MigrationState.SUCCEEDED, f"{why}; found running on {m.target}, source removed"
-            else:
-                if dst is not None:
-                    await ssh.run(m.target, ["docker", "rm", "-f", m.container])
-                if src is None:
-                    state, reason = MigrationState.ROLLBACK_FAILED, f"{why}; {m.container} is on neither node"
-                else:
-                    if not src.running:
-                        await ssh.run(m.source, ["docker", "start", "--checkpoint", checkpoint_name(m.id), m.container],
-                                      timeout=900)
-                    state, reason = MigrationState.ROLLED_BACK, f"{why}; running on {m.source} again"
-        except PeakpackError as exc:
-            state, reason = MigrationState.ROLLBACK_FAILED, f"{why}; repair failed: {exc}"
-        store.finish_migration(m.id, state, reason)
+        steps = store.migration_steps(m.id)
+        preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
+        facts = Facts.loads(preflight.detail) if preflight else None
+        if facts is None:  # preflight never finished: nothing was changed on either node
+            state, reason = MigrationState.FAILED, f"stopped during {m.state.value}, before anything changed"
+        else:
+            checkpointed = m.state in FROZEN_STATES or any(s.step == "checkpointing" for s in steps)
+            settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
+            state, reason = await settler.run(checkpointed, f"unfinished in {m.state.value}")
+        if state is MigrationState.IN_DOUBT:
+            store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
+        else:
+            store.finish_migration(m.id, state, reason)
         if m.action_id is not None:
             store.set_action_state(m.action_id, ACTION_STATE[state], reason)
         lines.append(f"migration {m.id} ({m.container} {m.source} -> {m.target}): {state.value}: {reason}")

@@ -15,16 +15,19 @@ from orchestrator.errors import NodeError
 from orchestrator.model import NodeSpec
 from orchestrator.remote import SshPool
 
+#: a peer that stops answering ends the copy within seconds (ServerAlive) instead of TCP's minutes
 PEER_SSH = ('ssh ${PEAKPACK_PEER_IDENTITY:+-i $PEAKPACK_PEER_IDENTITY} '
             '${PEAKPACK_PEER_KNOWN_HOSTS:+-o UserKnownHostsFile=$PEAKPACK_PEER_KNOWN_HOSTS} '
-            '-o StrictHostKeyChecking=yes -o BatchMode=yes')
+            '-o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10 '
+            '-o ServerAliveInterval=5 -o ServerAliveCountMax=3')
 
 #: -aHAX: owners, modes, hard links, ACLs and xattrs (overlay2 marks opaque folders with a
 #: trusted.* xattr and deleted files with 0:0 character devices, so -D via -a matters too);
 #: --numeric-ids: uids as they are, the nodes' user names may differ; --modify-window=-1: compare
 #: nanoseconds, so a file rewritten within the same second as the pre-copy still counts as changed;
-#: --delete: files removed since the pre-copy are removed on the target too.
-RSYNC_SCRIPT = (f'exec rsync -aHAX --numeric-ids --delete --modify-window=-1 --mkpath --inplace --stats '
+#: --delete: files removed since the pre-copy are removed on the target too; --timeout=60: a copy
+#: that moves nothing for a minute fails instead of hanging.
+RSYNC_SCRIPT = (f'exec rsync -aHAX --numeric-ids --delete --modify-window=-1 --mkpath --inplace --stats --timeout=60 '
                 f'-e "{PEER_SSH}" "$1" "$2"')
 
 #: The image goes straight from the source's engine into the target's; pipefail so a failed save

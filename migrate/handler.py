@@ -6,12 +6,15 @@ writable layer and volumes while the container runs -> checkpoint on the source 
 copy only what changed since the pre-copy, and the checkpoint, node to node -> restore on the
 target -> verify -> remove the source container, its volumes and the checkpoints.
 
-Every step is journaled in the store before and after it runs. A failure while the source still
-runs removes what was created on the target (FAILED). A failure after the checkpoint restores
-the container on the source from the same checkpoint and verifies it (ROLLED_BACK). The source's
-restart policy is set to "no" for the freeze, so the engine never restarts the checkpointed
-source behind our back, and put back on rollback. The invariant: a container runs on at most one
-node at any time, and its state is never lost.
+Every step is journaled in the store before and after it runs; what settling needs later (the
+restart policy, the volumes) is journaled when preflight ends, before anything changes. Both
+copies carry restart policy "no" while the migration is open (the source from the freeze on, the
+target from its creation), so no engine restarts either behind our back, even after a power cut.
+Every way out, success included, goes through `settle.Settler`: it observes both nodes and acts
+only on what it sees (remove the source once the target runs; restore the source from its
+checkpoint when nothing runs; wait, IN_DOUBT, when a node that matters does not answer). The
+invariant: a container runs on at most one node at any time, and the latest checkpointed state
+is never destroyed before a copy runs from it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.store import MigrationState, Store
+from db.store import FencedError, MigrationState, Store
 from orchestrator.errors import MigrationError, NodeError, PeakpackError
 from orchestrator.model import Inventory, NodeSpec
 from orchestrator.names import container_name, node_name
@@ -31,6 +34,7 @@ from orchestrator.remote.engine import EngineAPIError, EnginePool
 
 from . import spec
 from .copy import rsync, stream_image
+from .settle import NO_RESTART, Facts, PowerProbe, Settler, checkpoint_name
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
 #: real, e.g. by corrupting the transferred checkpoint); never reachable from the CLI.
@@ -71,19 +75,6 @@ class MigrationResult:
     refused: bool = False
 
 
-@dataclass
-class Created:
-    """What this migration made on the target, so a failure removes exactly that."""
-
-    container_id: str = ""
-    networks: list[str] = field(default_factory=list)
-    volumes: list[str] = field(default_factory=list)
-
-
-def checkpoint_name(migration_id: int) -> str:
-    return f"peakpack-{migration_id}"
-
-
 def criu_version(text: str) -> tuple[int, ...]:
     """`criu --version` output -> (4, 2, 1); () when there is no Version line."""
     for line in text.splitlines():
@@ -95,8 +86,11 @@ def criu_version(text: str) -> tuple[int, ...]:
 class Migration:
     def __init__(self, ssh: SshPool, engines: EnginePool, store: Store, inventory: Inventory, container: str,
                  source: str, target: str, action_id: int | None = None, hook: StepHook | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, bmc_power: PowerProbe | None = None,
+                 stop_requested: Callable[[], bool] = lambda: False) -> None:
         self.ssh, self.engines, self.store, self.inventory = ssh, engines, store, inventory
+        self.bmc_power = bmc_power
+        self.stop_requested = stop_requested
         self.container = container_name(container)
         self.source, self.target = node_name(source, "--from"), node_name(target, "--to")
         self.action_id = action_id
@@ -105,12 +99,12 @@ class Migration:
         self.t = Timings()
         self.mid = 0
         self.src: dict[str, Any] = {}  # the source container's inspect document
-        self.created = Created()
+        self.facts = Facts()
+        self.target_id = ""
         self.src_root = self.dst_root = ""
         self.dst_upper = ""
         self.dst_volume_dirs: dict[str, str] = {}
         self.networks_to_create: list[dict[str, Any]] = []
-        self.restart_policy: dict[str, Any] | None = None  # the source's, while it is set to "no"
 
     async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
                     nbytes: Callable[[], int | None] = lambda: None) -> None:
@@ -137,27 +131,48 @@ class Migration:
         self.mid = self.store.begin_migration(self.container, self.source, self.target, self.action_id)
         try:
             await self._step("preflight", self.preflight)
-        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
             return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        failure = None
         try:
-            await self._step("creating", self.create)
-            await self._step("precopy", self.precopy, lambda: self.t.precopy_bytes)
-            await self._step("checkpointing", self.checkpoint)
-            await self._step("transferring", self.transfer, lambda: self.t.bytes)
-            await self._step("restoring", self.restore)
-            await self._step("verifying", self.verify)
-        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
-            reason = _one_line(exc)
-            if await self._source_running():
-                await self._undo_target()
-                await self._restore_restart_policy()
-                return self._finish(MigrationState.FAILED, reason)
-            return await self.rollback(reason)
+            for name, fn, nbytes in (
+                ("creating", self.create, None), ("precopy", self.precopy, lambda: self.t.precopy_bytes),
+                ("checkpointing", self.checkpoint, None), ("transferring", self.transfer, lambda: self.t.bytes),
+                ("restoring", self.restore, None), ("verifying", self.verify, None),
+            ):
+                if self.t.frozen_at is None and self.stop_requested():
+                    raise MigrationError("the controller is stopping; nothing was frozen yet")
+                await self._step(name, fn, nbytes or (lambda: None))
+        except FencedError:
+            raise  # another controller leads now and settles this migration from the facts: hands off
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
+            failure = _one_line(exc)
+        return await self.settle(failure)
+
+    async def settle(self, failure: str | None) -> MigrationResult:
+        """Finish forward or back from what the nodes show (journaled as its own step)."""
+        if self.hook is not None:
+            await self.hook("settling")
+        self.progress("settling" if failure is None else "rolling back")
+        settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
+                          self.bmc_power, self.restore_timeout())
         try:
-            await self._step("cleaning_up", self.cleanup)
-        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:  # it runs on the target: done
-            return self._finish(MigrationState.SUCCEEDED, f"moved; cleanup left something behind: {_one_line(exc)}")
-        return self._finish(MigrationState.SUCCEEDED, None)
+            sid = self.store.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+        except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
+            sid = None
+        state, reason = await settler.run(checkpointed=self.t.frozen_at is not None, failure=failure)
+        if self.t.frozen_at is not None and self.t.frozen_ms is None:
+            self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
+        try:
+            if sid is not None:
+                settled = state not in (MigrationState.IN_DOUBT, MigrationState.ROLLBACK_FAILED)
+                self.store.step_finished(sid, ok=settled, detail=reason)
+            if state is MigrationState.IN_DOUBT:
+                self.store.step_finished(self.store.step_started(self.mid, "in_doubt"), ok=False, detail=reason)
+                return self._result(state, reason)
+            return self._finish(state, reason)
+        except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
+            return self._result(state, reason)
 
     # -- preflight: checks only, plus bringing the image -------------------------------------------
 
@@ -207,7 +222,10 @@ class Migration:
                 raise MigrationError(f"--to: volume {v.name} already exists on {self.target}; remove it there "
                                      "first (the copy would overwrite it)")
         await self._ensure_image()
-        return f"criu {versions[0]}, image {src['Config']['Image']}"
+        self.facts = Facts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
+                           volumes=tuple(v.name for v in spec.volumes(src)),
+                           summary=f"criu {versions[0]}, image {src['Config']['Image']}")
+        return self.facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _inspect_all(self, node: str) -> list[dict[str, Any]]:
         def all_containers(api: Any) -> list[dict[str, Any]]:
@@ -283,29 +301,30 @@ class Migration:
     # -- the transaction ------------------------------------------------------------------------
 
     async def create(self) -> str:
+        """Networks, volumes and the container on the target; the container with restart policy
+        "no" until the migration ends (the operator's policy is set when it is settled)."""
         for args in self.networks_to_create:
             await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
-            self.created.networks.append(args["name"])
         volume_dirs: dict[str, str] = {}
         for v in spec.volumes(self.src):
             theirs = await self._volume_or_none(self.source, v.name) or {}
             await self.engines.call(self.target, lambda api, name=v.name, t=theirs: api.create_volume(
                 name, driver="local", driver_opts=t.get("Options") or None, labels=t.get("Labels") or None))
-            self.created.volumes.append(v.name)
             volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
         self.dst_volume_dirs = volume_dirs
         body, more_networks = spec.create_body(self.src, source_address=self._spec(self.source).address,
                                                target_address=self._spec(self.target).address)
+        body["HostConfig"]["RestartPolicy"] = dict(NO_RESTART)
         made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
-        self.created.container_id = str(made["Id"])
+        self.target_id = str(made["Id"])
         for net, endpoint in more_networks.items():
             await self.engines.call(self.target, lambda api, n=net, e=endpoint: api.connect_container_to_network(
-                self.created.container_id, n, aliases=e.get("Aliases"), links=e.get("Links"),
+                self.target_id, n, aliases=e.get("Aliases"), links=e.get("Links"),
                 ipv4_address=(e.get("IPAMConfig") or {}).get("IPv4Address"),
                 ipv6_address=(e.get("IPAMConfig") or {}).get("IPv6Address"), driver_opt=e.get("DriverOpts")))
-        made_inspect = await self.engines.call(self.target, lambda api: api.inspect_container(self.created.container_id))
+        made_inspect = await self.engines.call(self.target, lambda api: api.inspect_container(self.target_id))
         self.dst_upper = str(made_inspect["GraphDriver"]["Data"]["UpperDir"])
-        return self.created.container_id[:12]
+        return self.target_id[:12]
 
     def _copies(self) -> list[tuple[str, str]]:
         """(source folder, target folder) pairs of the container's files: its writable layer and
@@ -325,6 +344,8 @@ class Migration:
         """While the container runs: most of its files reach the target before the freeze."""
         t0 = time.monotonic()
         self.t.precopy_bytes = await self._copy_all(self._copies())
+        # flush what was written before the freeze, so the dump does not queue behind it
+        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
         self.t.precopy_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.precopy_bytes} bytes"
 
@@ -334,14 +355,14 @@ class Migration:
 
     @property
     def dst_checkpoint(self) -> str:
-        return f"{self.dst_root}/containers/{self.created.container_id}/checkpoints/{checkpoint_name(self.mid)}"
+        return f"{self.dst_root}/containers/{self.target_id}/checkpoints/{checkpoint_name(self.mid)}"
 
     async def checkpoint(self) -> None:
-        policy = dict(self.src["HostConfig"].get("RestartPolicy") or {})
-        if policy.get("Name") not in (None, "", "no"):
-            await self.engines.call(self.source, lambda api: api.update_container(
-                self.container, restart_policy={"Name": "no", "MaximumRetryCount": 0}))
-            self.restart_policy = policy
+        """Hold the source's restart policy at "no" (the checkpoint stops it; no engine may restart
+        it), then freeze, dump and stop it."""
+        if self.facts.restart_policy.get("Name") not in (None, "", "no"):
+            await self.engines.call(self.source, lambda api: api.update_container(self.container,
+                                                                                   restart_policy=NO_RESTART))
         t0 = time.monotonic()
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
@@ -352,7 +373,10 @@ class Migration:
     async def transfer(self) -> str:
         """While frozen: only what changed since the pre-copy, and the checkpoint itself."""
         t0 = time.monotonic()
-        self.t.bytes = await self._copy_all([*self._copies(), (self.src_checkpoint + "/", self.dst_checkpoint + "/")])
+        partial = self.dst_checkpoint + ".partial"
+        self.t.bytes = await self._copy_all([*self._copies(), (self.src_checkpoint + "/", partial + "/")])
+        # renamed only once complete: a checkpoint folder on the target is always a whole one
+        await self.ssh.run(self.target, ["mv", "-T", partial, self.dst_checkpoint])
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
 
@@ -374,74 +398,16 @@ class Migration:
         if got is None or not got["State"]["Running"]:
             raise MigrationError(f"{self.container}: restored on {self.target} but not running")
 
-    async def cleanup(self) -> str:
-        """The source container and its volumes go (their data now lives on the target), and the
-        checkpoint kept in the target container's folder goes too."""
-        await self.engines.call(self.source, lambda api: api.remove_container(self.container, force=True))
-        for v in spec.volumes(self.src):
-            await self.engines.call(self.source, lambda api, name=v.name: api.remove_volume(name))
-        await self.ssh.run(self.target, ["rm", "-rf", "--", self.dst_checkpoint])
-        return f"removed {self.container} and {len(spec.volumes(self.src))} volume(s) from {self.source}"
-
-    # -- failure paths ----------------------------------------------------------------------------
-
-    async def _source_running(self) -> bool:
-        try:
-            got = await self.engines.inspect_container_or_none(self.source, self.container)
-        except PeakpackError:
-            return False  # unknown: take the path that restores from the checkpoint if needed
-        return got is not None and bool(got["State"]["Running"])
-
-    async def _undo_target(self) -> None:
-        """Remove exactly what this migration created on the target (also ends a hung restore)."""
-        async def quietly(fn: Callable[[Any], object]) -> None:
-            try:
-                await self.engines.call(self.target, fn)
-            except (PeakpackError, EngineAPIError):
-                pass
-
-        if self.created.container_id:
-            await quietly(lambda api: api.remove_container(self.created.container_id, force=True))
-        for name in self.created.volumes:
-            await quietly(lambda api, n=name: api.remove_volume(n, force=True))
-        for name in self.created.networks:
-            await quietly(lambda api, n=name: api.remove_network(n))
-
-    async def _restore_restart_policy(self) -> None:
-        if self.restart_policy is not None:
-            policy = self.restart_policy
-            await self.engines.call(self.source, lambda api: api.update_container(self.container, restart_policy=policy))
-            self.restart_policy = None
-
-    async def rollback(self, reason: str) -> MigrationResult:
-        """Restore on the source from the same checkpoint; what was made on the target goes."""
-        self.progress("rolling back")
-        sid = self.store.step_started(self.mid, "rollback")
-        try:
-            await self._undo_target()
-            if not await self._source_running():
-                await self.ssh.run(self.source, ["docker", "start", "--checkpoint", checkpoint_name(self.mid),
-                                                 self.container], timeout=self.restore_timeout())
-            await asyncio.sleep(0.3)
-            if not await self._source_running():
-                raise MigrationError(f"{self.container}: restored on {self.source} but not running")
-            await self._restore_restart_policy()
-        except (PeakpackError, OSError, asyncio.TimeoutError) as exc:
-            self.store.step_finished(sid, ok=False, detail=_one_line(exc))
-            return self._finish(MigrationState.ROLLBACK_FAILED,
-                                f"{reason}; rollback on {self.source} failed too: {_one_line(exc)} "
-                                f"(checkpoint {checkpoint_name(self.mid)} is kept on {self.source})")
-        self.store.step_finished(sid, ok=True)
-        if self.t.frozen_at is not None:
-            self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
-        return self._finish(MigrationState.ROLLED_BACK, reason)
-
     def _finish(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
-        self.t.total_ms = (time.monotonic() - self.t.started) * 1000
+        result = self._result(state, reason, refused)
         self.store.finish_migration(
             self.mid, state, reason, checkpoint_ms=self.t.checkpoint_ms, transfer_ms=self.t.transfer_ms,
             restore_ms=self.t.restore_ms, frozen_ms=self.t.frozen_ms, total_ms=self.t.total_ms, bytes=self.t.bytes,
         )
+        return result
+
+    def _result(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
+        self.t.total_ms = (time.monotonic() - self.t.started) * 1000
         return MigrationResult(self.mid, self.container, self.source, self.target, state, reason,
                                self.t.frozen_ms, self.t.total_ms, refused)
 

@@ -13,8 +13,8 @@ from db.store import Store
 from orchestrator.errors import NodeError
 from orchestrator.model import Container, ContainerClass
 
-from . import docker as dk
 from orchestrator.remote import SshPool
+from orchestrator.remote.engine import EnginePool
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,20 @@ async def node_cpus(ssh: SshPool, node: str) -> list[Cpu]:
     return parse_lscpu(node, res.stdout)
 
 
-async def apply_pinning(ssh: SshPool, store: Store, node: str, containers: list[Container]) -> dict[str, str]:
+async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Store, node: str,
+                        containers: list[Container]) -> dict[str, str]:
     """Set every container's cpuset on `node`; returns only those that changed."""
-    configs = {c.name: await dk.inspect(ssh, node, c.name) for c in containers}
-    current = {name: cfg.cpuset for name, cfg in configs.items() if cfg is not None}
+    current: dict[str, str] = {}
+    for c in containers:
+        d = await engines.inspect_container_or_none(node, c.name)
+        if d is not None:
+            current[c.name] = d["HostConfig"].get("CpusetCpus") or ""
     plan = plan_cpusets(await node_cpus(ssh, node), containers, current)
     changed = {}
     for name, want in sorted(plan.items()):
-        if configs.get(name) is None or current.get(name) == want:
+        if name not in current or current[name] == want:
             continue
-        await ssh.run(node, ["docker", "update", "--cpuset-cpus", want, name])
+        await engines.call(node, lambda api, n=name, w=want: api.update_container(n, cpuset_cpus=w))
         store.record_pinning(node, name, want)
         changed[name] = want
     return changed

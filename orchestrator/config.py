@@ -305,6 +305,7 @@ class _Snapshot(_Strict):
     taken_at: str | None = None
     nodes: list[_SnapNode] = Field(default_factory=list)
     containers: list[_SnapContainer] = Field(default_factory=list)
+    held: dict[str, str] = Field(default_factory=dict)
 
 
 def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") -> ClusterSnapshot:
@@ -344,10 +345,14 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             kwargs["taken_at"] = datetime.fromisoformat(snap.taken_at)
         except ValueError:
             raise SnapshotError(f"{label}: taken_at: not an ISO 8601 time") from None
+    for node in snap.held:
+        if node not in known:
+            raise SnapshotError(f"{label}: held.{node}: not a node of the inventory")
     return ClusterSnapshot(
         nodes=tuple(NodeState(n.name, powered[n.name]) for n in inventory.nodes),
         containers=tuple(containers),
         version=snap.version,
+        held=dict(snap.held),
         **kwargs,
     )
 

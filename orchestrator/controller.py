@@ -2,17 +2,16 @@
 
 The controller owns no placement or node logic: it wires the observer (or a snapshot file), the
 pure planner, the store and, outside dry runs, the executors and the power policy (`Services`).
-It holds the store's controller lock while it runs, reconciles the journal with the nodes before
-its first epoch, and on SIGTERM lets the action in flight finish and skips the rest.
+It acts only while it holds the store's lease (`leadership.Lease`: renewed in the background,
+every write fenced with its token); `serve` waits for the lease as a hot standby, reconciles the
+journal with the nodes whenever it starts to lead, and stops acting the moment the lease is lost.
+On SIGTERM it lets the action in flight finish and skips the rest.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -22,15 +21,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from rich.console import Console
 
 from db.records import EnergyRow
-from db.store import Store
+from db.store import FencedError, Store
 
 from .config import demo_snapshot, load_snapshot
-from .errors import PeakpackError, StoreError
+from .errors import PeakpackError
+from .leadership import Lease, lease_ttl
 from .plan_executor import ExecutionReport, NodeOps, PlanExecutor
 from .metrics import ControllerMetrics
 from .model import ClusterSnapshot, Inventory
 from .plan import ActionKind, Plan
-from .planning import make_plan
+from .planning import hold_unsettled, make_plan
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class ControllerSettings:
     demo: bool = False
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    #: seconds a dead leader's lease keeps a standby waiting; None: `leadership.lease_ttl(epoch)`
+    lease_ttl_s: float | None = None
 
 
 @dataclass
@@ -74,9 +76,13 @@ class Controller:
         self.console = console or Console(stderr=True)
         self.services = services
         self.metrics = ControllerMetrics()
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        ttl = settings.lease_ttl_s if settings.lease_ttl_s is not None else lease_ttl(settings.epoch_seconds)
+        self.lease = Lease(store, ttl, role="serve", log=self.log)
+        self.owner = self.lease.owner
         self._stop = threading.Event()
         self._started = False
+        self._reconciled = False
+        self._metrics_served = False
         if not settings.dry_run and services is None:
             raise ValueError("a live controller needs Services")
 
@@ -86,7 +92,11 @@ class Controller:
     # -- one epoch ------------------------------------------------------------------------------
 
     def observe(self) -> ClusterSnapshot:
-        """The snapshot file is re-read every epoch, so an operator can update it in place."""
+        """What the cluster looks like, with both nodes of every unsettled migration held. The
+        snapshot file is re-read every epoch, so an operator can update it in place."""
+        return hold_unsettled(self._observe(), self.store.unfinished_migrations())
+
+    def _observe(self) -> ClusterSnapshot:
         if self.settings.snapshot_path is not None:
             return load_snapshot(self.settings.snapshot_path, self.inventory)
         if self.settings.demo:
@@ -97,54 +107,54 @@ class Controller:
 
         return observe_cluster(self.inventory)
 
-    def start(self) -> None:
-        """Take the store's lock and, for a live controller, reconcile what a crash left behind."""
-        if self._started:
-            return
-        self._take_over_from_dead_local_holder()
-        if not self.store.acquire_lock(self.owner, stale_after_s=max(120.0, 3.0 * self.settings.epoch_seconds)):
-            holder = self.store.lock_holder()
-            who = f"{holder[0]} (last seen {holder[1]:%Y-%m-%d %H:%M:%S} UTC)" if holder else "another controller"
-            raise StoreError(f"--db: this store is locked by controller {who}; stop it first or use another --db")
-        self._started = True
-        if self.metrics_port is not None:
-            self.metrics.serve(self.metrics_port, self.settings.metrics_addr)
+    def reconcile(self) -> None:
+        """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
+        start and at every epoch, so a running controller never plans around stale facts."""
         if not self.settings.dry_run and self.services is not None:
             for line in self.services.reconcile():
                 self.log(f"reconcile: {line}")
 
-    def _take_over_from_dead_local_holder(self) -> None:
-        """A controller on this host that died (kill -9, crash) leaves the lock behind; its process
-        is gone, so the lock can be released at once instead of waiting for it to go stale."""
-        holder = self.store.lock_holder()
-        if holder is None:
+    def start(self) -> None:
+        """Take the lease now or fail with one line naming its holder, then take office."""
+        if self._started:
             return
-        host, _, rest = holder[0].partition(":")
-        pid = rest.partition(":")[0]
-        if host != socket.gethostname() or not pid.isdigit():
-            return
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            self.log(f"taking over the store lock of controller {holder[0]}, which is no longer running")
-            self.store.release_lock(holder[0])
-        except PermissionError:
-            pass
+        self.lease.acquire()
+        self._take_office()
+
+    def _take_office(self) -> None:
+        """Before acting, a new leader repairs what its predecessor (or its own crash) left
+        ONGOING: the journal says what was in flight, the nodes say how it ended."""
+        self._started = True
+        if self.metrics_port is not None and not self._metrics_served:
+            self.metrics.serve(self.metrics_port, self.settings.metrics_addr)
+            self._metrics_served = True
+        self.reconcile()
+        self._reconciled = True  # the first epoch need not do it again
 
     @property
     def metrics_port(self) -> int | None:
         return self.settings.metrics_port
 
+    def _stopping(self) -> bool:
+        """The executor starts no new action once we stop or may no longer lead."""
+        return self._stop.is_set() or self.lease.lost.is_set()
+
     def finish(self) -> None:
-        if self._started:
-            self.store.release_lock(self.owner)
-            self._started = False
+        self.lease.release()
+        self._started = False
         if self.services is not None:
             self.services.close()
 
     def run_epoch(self) -> Plan:
         self.start()
-        self.store.refresh_lock(self.owner)
+        self.lease.check()
+        if self._reconciled:
+            self._reconciled = False  # taking office has just reconciled
+        else:
+            self.reconcile()
+        for m in self.store.unfinished_migrations():  # listed first: the plan holds both their nodes
+            self.log(f"unsettled: migration {m.id} of {m.container} ({m.source} -> {m.target}) is {m.state.value}"
+                     + (f": {m.reason}" if m.reason else ""))
         snapshot = self.observe()
         if not self.settings.dry_run and self.services is not None:
             self._count_energy(self.services.account_energy(snapshot, None))  # closes the interval since the last epoch
@@ -167,7 +177,8 @@ class Controller:
         )
         if self.settings.dry_run or self.services is None:
             return plan
-        report = PlanExecutor(self.store, self.services.ops, self.log, self._stop.is_set).execute(plan, plan_id)
+        self.lease.check()
+        report = PlanExecutor(self.store, self.services.ops, self.log, self._stopping).execute(plan, plan_id)
         self._record(plan, report)
         self._count_energy(self.services.account_energy(self.observe(), plan_id))
         return plan
@@ -197,6 +208,9 @@ class Controller:
     def _epoch_job(self) -> None:
         try:
             self.run_epoch()
+        except FencedError as exc:  # another controller leads: act no more, stand by again
+            self.lease.lose(str(exc))
+            self.log(f"epoch stopped: {exc}")
         except PeakpackError as exc:  # one bad epoch must not kill the service
             self.log(f"epoch failed: {exc}")
             self.metrics.epochs.labels("failed").inc()
@@ -217,8 +231,33 @@ class Controller:
                 signal.signal(s, handler)
 
     def run_forever(self) -> None:
-        """Epochs until SIGTERM/SIGINT; the action in flight finishes, the rest are skipped."""
-        self.start()
+        """Lead (or stand by until this process may) until SIGTERM/SIGINT; a leader that loses
+        the lease stops acting and stands by again. The action in flight finishes, the rest are
+        skipped."""
+        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not self._stop.is_set():
+                if not self.lease.wait(self._stop):
+                    break
+                self.log(f"leading {self.inventory.cluster.name} as {self.owner} (lease token {self.lease.token}, "
+                         f"renewed every {self.lease.ttl_s / 3:.3g}s)")
+                try:
+                    self._take_office()
+                    self._lead()
+                except FencedError as exc:  # taken over while reconciling
+                    self.lease.lose(str(exc))
+                if self.lease.lost.is_set() and not self._stop.is_set():
+                    self.lease.release()
+                    self._started = False
+                    self.log("standing by again")
+        finally:
+            self.finish()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self.log("stopped")
+
+    def _lead(self) -> None:
+        """Epochs on a scheduler until we stop or lose the lease."""
         scheduler = BackgroundScheduler()
         scheduler.add_job(
             self._epoch_job,
@@ -228,15 +267,11 @@ class Controller:
             coalesce=True,
             next_run_time=datetime.now(timezone.utc),
         )
-        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
         scheduler.start()
         self.log(f"serving {self.inventory.cluster.name}: one epoch every {self.settings.epoch_seconds}s")
         try:
-            self._stop.wait()
+            while not self._stop.wait(0.5) and not self.lease.lost.is_set():
+                pass
         finally:
-            self.log("stopping: waiting for the action in flight")
+            self.log(("lease lost" if self.lease.lost.is_set() else "stopping") + ": waiting for the action in flight")
             scheduler.shutdown(wait=True)
-            self.finish()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            self.log("stopped")

@@ -5,10 +5,12 @@ PeakpackError            one line, names the field or node and the fix; the CLI 
 ├── SnapshotError        a snapshot file is malformed or contradicts the inventory
 ├── PlanError            a plan does not replay on its snapshot (cap, memory, power order)
 ├── NodeError            a node could not be reached or answered garbage (names the node)
-│   └── HostKeyError     a node's host key does not match the pinned known_hosts
+│   ├── HostKeyError     a node's host key does not match the pinned known_hosts
+│   └── OutcomeUnknown   a command may or may not have run (connection lost, timeout): check, don't retry
 ├── MigrationError       a migration failed (after rollback, if one was needed)
 ├── PowerError           a BMC action was refused or not confirmed
 └── StoreError           the database could not be opened or is locked by another controller
+    └── FencedError      (db.store) a write by a controller whose lease another one took over
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class NodeError(PeakpackError):
 
 class HostKeyError(NodeError):
     pass
+
+
+class OutcomeUnknown(NodeError):
+    """The command was sent but its result never came back: its effect must be checked."""
 
 
 class MigrationError(PeakpackError):

@@ -186,12 +186,17 @@ def _now() -> datetime:
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    """What the cluster looked like at one instant; the planner's only view of the world."""
+    """What the cluster looked like at one instant; the planner's only view of the world.
+
+    `held` names nodes the plan must leave exactly as they are, with the reason: a node that could
+    not be observed, or both nodes of an unsettled migration. No container moves onto or off a held
+    node and it is neither switched off nor on."""
 
     nodes: tuple[NodeState, ...]
     containers: tuple[Container, ...]
     version: int = 0
     taken_at: datetime = field(default_factory=_now)
+    held: Mapping[str, str] = field(default_factory=dict)
 
     def node_state(self, name: str) -> NodeState:
         for n in self.nodes:
@@ -232,6 +237,7 @@ class ClusterSnapshot:
             "taken_at": self.taken_at.isoformat(),
             "nodes": [{"name": n.name, "powered": n.powered} for n in self.nodes],
             "containers": [c.to_json() for c in self.containers],
+            **({"held": dict(self.held)} if self.held else {}),
         }
 
     def dumps(self) -> str:

@@ -26,8 +26,10 @@ class NodeOps(Protocol):
 
     def power_off(self, node: str, reason: str) -> None: ...
 
-    def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
-        """Run the migrations (journaling each under its action id); final state per action id."""
+    def migrate(self, actions: Sequence[tuple[int, Action]],
+                stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
+        """Run the migrations (journaling each under its action id); final state per action id.
+        Once `stop_requested()` is true no new migration starts and those in flight settle."""
         ...
 
     def pin(self, node: str) -> None: ...
@@ -95,12 +97,14 @@ class PlanExecutor:
             else:
                 migrations.append((aid, a))
         if migrations:
-            report.states.update(self.ops.migrate(migrations))
+            report.states.update(self.ops.migrate(migrations, self.stop_requested))
 
         touched = sorted({n for _, a in migrations for n in (a.source, a.target) if n})
         for node in touched:
             if node in {a.node for _, a in journaled if a.kind is ActionKind.POWER_OFF}:
                 continue  # about to be emptied and switched off: nothing to pin
+            if self.stop_requested():
+                break  # pinning is an optimisation: nothing new once stopping
             try:
                 self.ops.pin(node)
             except PeakpackError as exc:  # pinning is an optimisation: report, carry on

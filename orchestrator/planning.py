@@ -4,8 +4,9 @@ and the simulator's production policy."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from .model import ClusterSnapshot, Inventory
 from .plan import Plan
@@ -19,23 +20,53 @@ MAX_PORT_ROUNDS = 5
 
 
 def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, frozenset[str]]:
-    """Where each container may run: an immovable one only where it is; one that publishes a host
-    port nowhere another container already publishes that port (migration preflight refuses both,
-    so the planner must not propose them)."""
+    """Where each container may run: an immovable one, or one on a held node, only where it is;
+    none on a held node it is not on; one that publishes a host port nowhere another container
+    already publishes that port (migration preflight refuses these moves, so the planner must not
+    propose them)."""
     holders: dict[str, set[str]] = defaultdict(set)
     for c in snapshot.containers:
         for port in c.ports:
             holders[port].add(c.node)
-    everywhere = frozenset(inventory.node_names)
+    open_nodes = frozenset(inventory.node_names) - set(snapshot.held)
     result: dict[str, frozenset[str]] = {}
     for c in snapshot.containers:
-        if c.immovable is not None:
+        if c.immovable is not None or c.node in snapshot.held:
             result[c.name] = frozenset({c.node})
-        elif c.ports:
-            taken = {n for p in c.ports for n in holders[p] if n != c.node}
-            if taken:
-                result[c.name] = everywhere - taken
+            continue
+        allowed = open_nodes - {n for p in c.ports for n in holders[p] if n != c.node}
+        if allowed != frozenset(inventory.node_names):
+            result[c.name] = allowed
     return result
+
+
+class Unsettled(Protocol):
+    """A migration that has not ended (the store's MigrationRecord has these fields)."""
+
+    id: int
+    container: str
+    source: str
+    target: str
+
+
+def hold_unsettled(snapshot: ClusterSnapshot, migrations: Iterable[Unsettled]) -> ClusterSnapshot:
+    """Until a migration is settled its container counts as present on both nodes: both are held,
+    so neither is emptied, switched off or given new work."""
+    held = dict(snapshot.held)
+    for m in migrations:
+        why = f"migration {m.id} of {m.container} ({m.source} -> {m.target}) is not settled"
+        held.setdefault(m.source, why)
+        held.setdefault(m.target, why)
+    return replace(snapshot, held=held) if held != snapshot.held else snapshot
+
+
+def held_inventory(inventory: Inventory, snapshot: ClusterSnapshot) -> Inventory:
+    """The inventory as this plan may use it: a held node is not power-managed, so no policy,
+    replay or power rule switches it."""
+    if not snapshot.held:
+        return inventory
+    nodes = tuple(replace(n, power_managed=False) if n.name in snapshot.held else n for n in inventory.nodes)
+    return replace(inventory, nodes=nodes)
 
 
 def port_clashes(snapshot: ClusterSnapshot, assignment: Mapping[str, str]) -> dict[str, str]:
@@ -64,6 +95,7 @@ def make_plan(
 ) -> Plan:
     """Solve the placement for `snapshot` with the named policy and order it into a plan."""
     solver = get_policy(policy)
+    inventory = held_inventory(inventory, snapshot)
     problem = PlacementProblem(
         inventory=inventory,
         snapshot=snapshot,

@@ -74,14 +74,20 @@ class LiveOps:
         self.store.finish_power_event(event, "SUCCEEDED")
         self.log(f"{node}: powered off")
 
-    def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
-        return self.shell.call(execute_migrations(self.shell.pool, self.shell.engines, self.store, self.inventory, actions,
-                                                  progress=self.log))
+    def migrate(self, actions: Sequence[tuple[int, Action]],
+                stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
+        return self.shell.call(execute_migrations(
+            self.shell.pool, self.shell.engines, self.store, self.inventory, actions, progress=self.log,
+            bmc_power=ipmi.power_probe(self.inventory), stop_requested=stop_requested))
 
     def pin(self, node: str) -> None:
-        state, containers = self.shell.call(observe_node(self.shell.pool, node, lambda _: None))
-        if state.powered and containers:
-            for name, cpus in self.shell.call(apply_pinning(self.shell.pool, self.store, node, containers)).items():
+        view = self.shell.call(observe_node(self.shell.pool, node, lambda _: None))
+        if view.unknown is not None:
+            raise PeakpackError(view.unknown)
+        if view.state.powered and view.containers:
+            changed = self.shell.call(apply_pinning(self.shell.pool, self.shell.engines, self.store, node,
+                                                    view.containers))
+            for name, cpus in changed.items():
                 self.log(f"{node}: pinned {name} to cpus {cpus}")
 
     def hosts_nothing(self, node: str) -> bool:
@@ -90,7 +96,7 @@ class LiveOps:
 
 def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[str]:
     """Repair what a crash left ONGOING by looking at the nodes; never assume success."""
-    lines = shell.call(reconcile_migrations(shell.pool, store))
+    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory)))
     migrated = {m.action_id for m in store.list_migrations() if m.action_id is not None}
     for ev in store.list_power_events():
         if ev.state != "ONGOING":

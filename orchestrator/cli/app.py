@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from ..errors import PeakpackError
-from . import history, lab, migrate, plan, power, report, serve, simulate
+from . import history, lab, migrate, plan, power, reconcile, report, serve, simulate
 from .common import err
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.command()(history.history)
 app.command()(serve.serve)
 app.command()(migrate.migrate)
 app.command()(migrate.pin)
+app.command()(reconcile.reconcile)
 app.command()(simulate.simulate)
 app.command()(report.report)
 app.add_typer(lab.app, name="lab")

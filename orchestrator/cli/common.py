@@ -42,3 +42,11 @@ def since_time(since: str | None) -> datetime | None:
     from db.store import parse_duration
 
     return datetime.now(timezone.utc) - parse_duration(since, flag="--since")
+
+
+def manual_lease(store: Any, role: str) -> Any:
+    """The controller lease for a command that acts on nodes by hand (migrate, pin, reconcile):
+    refused at once while a controller leads, renewed in the background however long it runs."""
+    from ..leadership import MIN_TTL_S, Lease
+
+    return Lease(store, MIN_TTL_S, role=role, log=lambda text: err.print(text, markup=False, highlight=False))

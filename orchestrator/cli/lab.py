@@ -1,4 +1,4 @@
-"""`peakpack lab up|status|exec|down`: a real cluster of network-namespace nodes on this host."""
+"""`peakpack lab up|status|exec|fault|down`: a real cluster of network-namespace nodes on this host."""
 
 from __future__ import annotations
 
@@ -27,28 +27,34 @@ def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
 def up(
     nodes: Annotated[int, typer.Option("--nodes", "-n", help="How many nodes.")] = 3,
     cpus: Annotated[int, typer.Option("--cpus", help="CPUs each node declares in the inventory.")] = 2,
+    disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", help="GiB of each node's own filesystem (a sparse "
+                                                   "image under DIR holding its docker data-root); default 8.")] = None,
     folder: DirOpt = None,
 ) -> None:
     """Create the nodes, start their services, write DIR/inventory.toml."""
     lab = _lab(folder)
+    sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
     with err.status("bringing the lab up") as status:
-        lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text))
+        lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
     out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
 
 
 @app.command()
 def status(folder: DirOpt = None, json_out: JsonOpt = False) -> None:
-    """Power, daemons, containers and energy counter of every node."""
+    """Power, network, daemons, disk, containers and energy counter of every node."""
     rows = _lab(folder).status()
     if json_out:
         sys.stdout.write(json.dumps([r.to_json() for r in rows]) + "\n")
         return
     table = Table(title="lab")
-    for col in ("node", "address", "power", "sshd", "dockerd", "containers", "BMC", "energy (J)"):
+    for col in ("node", "address", "power", "network", "sshd", "dockerd", "disk", "containers", "BMC", "energy (J)"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.name, r.address, "on" if r.powered else "off", "up" if r.sshd else "down",
-                      "up" if r.dockerd else "down", "" if r.containers is None else str(r.containers), r.bmc,
+        disk = ("" if r.disk_free_bytes is None else
+                "full" if r.disk_full else f"{r.disk_free_bytes / 2**30:.1f} GiB free")
+        table.add_row(r.name, r.address, "on" if r.powered else "off", "partitioned" if r.partitioned else "ok",
+                      "up" if r.sshd else "down", "up" if r.dockerd else "down", disk,
+                      "" if r.containers is None else str(r.containers), r.bmc,
                       "" if r.energy_uj is None else f"{r.energy_uj / 1e6:,.1f}")
     out.print(table)
 
@@ -64,6 +70,34 @@ def exec_(
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     raise typer.Exit(proc.returncode)
+
+
+def _flag(name: str, help: str):  # type: ignore[no-untyped-def]
+    return Annotated[bool, typer.Option(f"--{name}", help=help)]
+
+
+@app.command()
+def fault(
+    node: Annotated[str, typer.Argument(help="node-1 .. node-N")],
+    partition: _flag("partition", "Cut the node off the network: its link down (its BMC still answers).") = False,
+    heal: _flag("heal", "Bring the node's link back up.") = False,
+    kill_dockerd: _flag("kill-dockerd", "SIGKILL the node's dockerd (containers run on, orphaned).") = False,
+    start_dockerd: _flag("start-dockerd", "Start the node's dockerd and wait until it answers.") = False,
+    fill_disk: _flag("fill-disk", "Allocate all free space of the node's own filesystem (its docker root).") = False,
+    free_disk: _flag("free-disk", "Remove what --fill-disk allocated.") = False,
+    folder: DirOpt = None,
+) -> None:
+    """Inject a real fault into NODE, or undo one; exactly one flag; repeating one is harmless."""
+    from lab import Fault
+    from lab.node import LabError
+
+    flags = {Fault.PARTITION: partition, Fault.HEAL: heal, Fault.KILL_DOCKERD: kill_dockerd,
+             Fault.START_DOCKERD: start_dockerd, Fault.FILL_DISK: fill_disk, Fault.FREE_DISK: free_disk}
+    chosen = [f for f, on in flags.items() if on]
+    if len(chosen) != 1:
+        raise LabError(f"lab fault: give exactly one of {', '.join(f.flag for f in Fault)}"
+                       + (f" (got {', '.join(f.flag for f in chosen)})" if chosen else ""))
+    out.print(_lab(folder).fault(node, chosen[0]), markup=False, highlight=False)
 
 
 @app.command()

@@ -1,5 +1,7 @@
 """`peakpack migrate CONTAINER --to NODE` and `peakpack pin NODE`: one live migration or one
-node's pinning, by hand, journaled in the store like the controller's."""
+node's pinning, by hand, journaled in the store like the controller's. Both take the store's
+controller lease for their duration (failing at once while a controller leads), so they never
+act beside a controller, and their writes are fenced like its."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOpt, JsonOpt, err, open_store, out
+from .common import DbOpt, JsonOpt, err, manual_lease, open_store, out
 from ..config import load_inventory
 from ..errors import PeakpackError
 
@@ -26,6 +28,7 @@ def migrate(
 ) -> None:
     """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
     from migrate.handler import Migration
+    from power.ipmi import power_probe
     from orchestrator.names import container_name, node_name
     from orchestrator.remote import RemoteShell
 
@@ -36,14 +39,15 @@ def migrate(
     inv = load_inventory(inventory)
     if to not in inv.nodes_by_name:
         raise PeakpackError(f"--to: {to} is not in {inventory}; use one of {', '.join(inv.node_names)}")
-    with RemoteShell(inv) as shell, open_store(db) as store:
+    with open_store(db) as store, manual_lease(store, "migrate"), RemoteShell(inv) as shell:
         snap = observe_cluster(inv, shell)
         where = {c.name: c.node for c in snap.containers}
         if container not in where:
             raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}")
         with err.status(f"{container}: {where[container]} -> {to}") as status:
             result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
-                                          progress=lambda step: status.update(f"{container}: {step}")).run())
+                                          progress=lambda step: status.update(f"{container}: {step}"),
+                                          bmc_power=power_probe(inv)).run())
     if result.refused:  # preflight said no: nothing changed on either node
         raise PeakpackError(result.reason or f"{container}: refused")
     if json_out:
@@ -76,13 +80,15 @@ def pin(
     inv = load_inventory(inventory)
     if node not in inv.nodes_by_name:
         raise PeakpackError(f"NODE: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
-    with RemoteShell(inv) as shell, open_store(db) as store:
+    with open_store(db) as store, manual_lease(store, "pin"), RemoteShell(inv) as shell:
         from power.ipmi import power_probe
 
-        state, containers = shell.call(observe_node(shell.pool, node, power_probe(inv)))
-        if not state.powered:
+        view = shell.call(observe_node(shell.pool, node, power_probe(inv)))
+        if view.unknown is not None:
+            raise PeakpackError(view.unknown)
+        if not view.state.powered:
             raise PeakpackError(f"NODE: {node} is powered off")
-        changed = shell.call(apply_pinning(shell.pool, store, node, containers))
+        changed = shell.call(apply_pinning(shell.pool, shell.engines, store, node, view.containers))
     if json_out:
         sys.stdout.write(json.dumps({"node": node, "changed": changed}) + "\n")
     elif changed:

@@ -14,7 +14,7 @@ from ..config import demo_inventory, demo_snapshot, load_inventory, load_snapsho
 from ..errors import PeakpackError
 from ..model import ClusterSnapshot, Inventory
 from ..plan import Plan
-from .common import DbOpt, InventoryOpt, JsonOpt, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, err, open_store, out
 
 SnapshotOpt = Annotated[
     Optional[Path],
@@ -102,8 +102,10 @@ def plan(
         plan_id = store.save_plan(result, inventory=inv.cluster.name, snapshot=snap)
     result = replace(result, plan_id=plan_id)
     immovable = immovable_rows(snap)
+    for node, why in sorted(snap.held.items()):  # on stderr too, so it is seen with --json
+        err.print(f"held: {node}: {why}", markup=False, highlight=False)
     if json_out:
-        sys.stdout.write(json.dumps({**result.to_json(), "immovable": immovable}) + "\n")
+        sys.stdout.write(json.dumps({**result.to_json(), "immovable": immovable, "held": dict(snap.held)}) + "\n")
     else:
         print_plan(result)
         print_immovable(immovable)

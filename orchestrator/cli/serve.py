@@ -22,9 +22,15 @@ def serve(
     epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
     metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
+    lease_ttl: Annotated[Optional[float], typer.Option(
+        "--lease-ttl", min=1.0,
+        help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 30-120 s.")] = None,
     db: DbOpt = None,
 ) -> None:
-    """Run the controller: observe -> plan -> execute -> record every epoch until SIGTERM/SIGINT."""
+    """Run the controller: observe -> plan -> execute -> record every epoch until SIGTERM/SIGINT.
+
+    One controller leads a store at a time; another `serve` on the same store waits as a hot
+    standby and takes over when the leader's lease expires. `--once` fails at once instead."""
     from ..controller import Controller, ControllerSettings
 
     inv = load_inventory(inventory) if inventory else demo_inventory()
@@ -41,6 +47,7 @@ def serve(
         demo=inventory is None,
         metrics_port=metrics_port,
         metrics_addr=metrics_addr,
+        lease_ttl_s=lease_ttl,
     )
     with open_store(db) as store:
         services = None

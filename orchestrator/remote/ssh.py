@@ -2,9 +2,9 @@
 
 One connection per node, reused by every command (asyncssh multiplexes sessions). Host keys are
 always verified against the inventory's pinned known_hosts: a changed key is a HostKeyError,
-never a prompt or a silent accept. Commands are argv lists joined with shlex.join. Connection
-failures are retried a bounded number of times; a command that does not finish within its
-timeout is an error naming the node.
+never a prompt or a silent accept. Commands are argv lists joined with shlex.join. Connecting is
+retried a bounded number of times; a command is never run twice: once it may have started, a
+lost connection or a timeout is `OutcomeUnknown`, and callers check the facts before acting.
 
 `RemoteShell` is the synchronous facade for the CLI and the controller: it owns an event loop in
 a background thread, so callers can also run many commands concurrently with `gather`.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncssh
 
-from orchestrator.errors import HostKeyError, NodeError
+from orchestrator.errors import HostKeyError, NodeError, OutcomeUnknown
 from orchestrator.model import Inventory, NodeSpec, SshConfig
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ class SshPool:
                     asyncssh.connect(
                         spec.address, port=ssh.port, username=ssh.user,
                         client_keys=[str(ssh.identity_file)] if ssh.identity_file else None,
-                        known_hosts=str(ssh.known_hosts), agent_path=None, keepalive_interval=15,
+                        known_hosts=str(ssh.known_hosts), agent_path=None, keepalive_interval=5,
+                        keepalive_count_max=3,
                     ),
                     self.connect_timeout,
                 )
@@ -96,24 +97,36 @@ class SshPool:
 
     async def run(self, node: str, argv: Sequence[str], *, timeout: float = 120.0, check: bool = True,
                   input: str | None = None) -> CommandResult:
+        """Run `argv` once. Only a session that never opened is tried again (the command cannot have
+        started); a connection lost or a timeout once it runs is `OutcomeUnknown`: the command may
+        or may not have had its effect, so the caller checks the facts instead of re-running it."""
         command = shlex.join(argv)
         for attempt in range(2):  # a pooled connection may have died since its last use
             conn = await self.connection(node)
             try:
-                proc = await asyncio.wait_for(conn.run(command, input=input, check=False), timeout)
+                proc = await conn.create_process(command, stderr=asyncssh.PIPE)
                 break
-            except asyncio.TimeoutError:
-                raise NodeError(node, f"`{_short(command)}` did not finish within {timeout:g} s") from None
-            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, BrokenPipeError, ConnectionResetError) as exc:
-                self._conns.pop(node, None)
-                if attempt:
-                    raise NodeError(node, f"connection lost during `{_short(command)}`: {_describe(exc)}") from None
             except asyncssh.ChannelOpenError as exc:
                 self._conns.pop(node, None)
                 if attempt:
                     raise NodeError(node, f"cannot open a session: {_describe(exc)}") from None
-        result = CommandResult(proc.exit_status if proc.exit_status is not None else 255,
-                               _text(proc.stdout), _text(proc.stderr))
+            except (asyncssh.Error, OSError) as exc:
+                self._conns.pop(node, None)
+                raise OutcomeUnknown(node, f"connection lost while starting `{_short(command)}`: "
+                                           f"{_describe(exc)}") from None
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
+            await asyncio.wait_for(proc.wait_closed(), 10)
+        except asyncio.TimeoutError:
+            proc.close()
+            raise OutcomeUnknown(node, f"`{_short(command)}` did not finish within {timeout:g} s") from None
+        except (asyncssh.Error, OSError) as exc:
+            self._conns.pop(node, None)
+            raise OutcomeUnknown(node, f"connection lost during `{_short(command)}`: {_describe(exc)}") from None
+        status = proc.exit_status
+        if status is None:  # the session closed without an exit status (killed, connection gone)
+            raise OutcomeUnknown(node, f"`{_short(command)}` ended without an exit status")
+        result = CommandResult(status, _text(stdout), _text(stderr))
         if check and not result.ok:
             last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or [f"exit {result.exit_status}"]
             raise NodeError(node, f"`{_short(command)}` failed: {last[0]}")

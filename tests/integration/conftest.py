@@ -5,8 +5,9 @@ the project's own code and removed at the end. Nothing here is mocked.
 Fixtures:
 - `lab`: the session's `lab.Lab` (3 nodes, 2 CPUs each); `lab.inventory_path` is its
   inventory, `lab.exec(node, argv)` runs a command on a node over SSH.
-- `clean_lab`: the same lab, with every node powered on and no containers, volumes or user-defined
-  networks, for tests that need a known starting point.
+- `clean_lab`: the same lab, with every node powered on, every fault undone (links up, dockerd
+  running, disks freed) and no containers, volumes or user-defined networks, for tests that need a
+  known starting point.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def lab() -> Iterator[Lab]:
 
 @pytest.fixture()
 def clean_lab(lab: Lab) -> Lab:
+    lab.clear_faults()
     for node in lab.layout.nodes:
         if not powered(node):
             start_node(node)

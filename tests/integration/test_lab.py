@@ -1,6 +1,7 @@
 """`peakpack lab` end to end on the real parts: nodes isolated from each other, IPMI that really
 cuts a node's power, RAPL counters that follow CPU use, containers that publish ports on
-user-defined bridge networks per node (nothing leaks to the host), and a lab that refuses to be broken."""
+user-defined bridge networks per node (nothing leaks to the host), real faults (a partitioned node,
+a killed dockerd, a full disk) that their opposites undo, and a lab that refuses to be broken."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
+from lab import Fault, Lab
 from lab.lab import CRIU_RUNC_CONF, ensure_criu_config
+from lab.node import LabError, cgroup_pids
 from orchestrator.config import load_inventory
 
 pytestmark = pytest.mark.integration
@@ -74,6 +76,11 @@ def test_nodes_are_separate_and_the_inventory_is_ready(clean_lab: Lab) -> None:
     names = {n: lab.exec(n, ["docker", "ps", "--format", "{{.Names}}"]).stdout.split() for n in ("node-1", "node-2")}
     assert names == {"node-1": [], "node-2": ["c1"]}
     assert lab.exec("node-3", ["sh", "-c", "echo $NODE_NAME"]).stdout.strip() == "node-3"
+    # each node's docker data-root is its own filesystem, not the host's
+    node = lab.node("node-2")
+    root = lab.exec("node-2", ["docker", "info", "-f", "{{.DockerRootDir}}"]).stdout.strip()
+    assert root == str(node.docker_root)
+    assert node.docker_root.stat().st_dev != node.dir.stat().st_dev
     status = json.loads(peakpack("lab", "status", "--dir", str(lab.dir), "--json").stdout)
     assert [(s["name"], s["powered"], s["containers"]) for s in status] == [
         ("node-1", True, 0), ("node-2", True, 1), ("node-3", True, 0)]
@@ -100,6 +107,8 @@ def test_ipmi_power_off_really_stops_the_node_and_on_brings_it_back(clean_lab: L
     # a power loss kills what ran: the container exists but no longer runs
     state = lab.exec("node-3", ["docker", "inspect", "-f", "{{.State.Running}}", "victim"]).stdout.strip()
     assert state == "false"
+    [row] = [r for r in lab.status() if r.name == "node-3"]
+    assert row.disk_free_bytes is not None  # its own filesystem stayed mounted through the power cut
 
 
 def test_rapl_counter_follows_cpu_use(clean_lab: Lab) -> None:
@@ -125,11 +134,16 @@ def test_second_up_is_refused_and_down_is_idempotent(tmp_path: Path, lab: Lab) -
     assert proc.returncode == 2 and "already running" in proc.stderr and "Traceback" not in proc.stderr
     assert ssh_answers(lab.node("node-1").address)  # the running lab is untouched
     other = tmp_path / "lab2"
-    peakpack("lab", "up", "--nodes", "1", "--dir", str(other))
+    peakpack("lab", "up", "--nodes", "1", "--disk-gb", "2", "--dir", str(other))
     assert lab.exec("node-1", ["true"]).returncode == 0  # two labs side by side
+    image = Lab(other).node("node-1").disk_image
+    for fault in (Fault.PARTITION, Fault.KILL_DOCKERD, Fault.FILL_DISK):  # down cleans up a broken node too
+        Lab(other).fault("node-1", fault)
     peakpack("lab", "down", "--dir", str(other))
     peakpack("lab", "down", "--dir", str(other))
     assert not other.exists()
+    assert str(other) not in Path("/proc/mounts").read_text()
+    assert subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout == ""
 
 
 def host_network_state() -> dict[str, str]:
@@ -204,3 +218,117 @@ def test_criu_config_is_written_only_when_absent(tmp_path: Path, lab: Lab) -> No
     conf.write_text("tcp-established\n")  # the operator's choice stays
     assert not ensure_criu_config(written=written.append, kept=written.append, path=conf)
     assert conf.read_text() == "tcp-established\n" and "left as it is" in written[1]
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+def status_of(lab: Lab, node: str) -> dict[str, object]:
+    return next(r.to_json() for r in lab.status() if r.name == node)
+
+
+def peer_ssh(lab: Lab) -> list[str]:
+    """ssh as one node logs in to another (the peer key that rsync uses between nodes)."""
+    keys = lab.layout.keys
+    return ["ssh", "-i", str(keys / "peer_ed25519"), "-o", f"UserKnownHostsFile={keys / 'known_hosts'}",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=3"]
+
+
+def rsync_to(lab: Lab, source: str, node: str, dest: str) -> list[str]:
+    return ["rsync", "-e", " ".join(peer_ssh(lab)), source, f"root@{lab.node(node).address}:{dest}"]
+
+
+def test_partition_cuts_the_node_off_but_not_its_bmc_and_heal_brings_it_back(clean_lab: Lab) -> None:
+    lab = clean_lab
+    node, other = lab.node("node-2"), lab.node("node-1")
+    rsync_to_node = rsync_to(lab, "/etc/hostname", "node-2", "/tmp/peakpack-partition-probe")
+    assert lab.exec("node-1", rsync_to_node).returncode == 0
+    peakpack("lab", "fault", "--dir", str(lab.dir), "node-2", "--partition")
+    lab.fault("node-2", Fault.PARTITION)  # again: harmless
+    rows = json.loads(peakpack("lab", "status", "--dir", str(lab.dir), "--json").stdout)
+    assert [(r["name"], r["partitioned"]) for r in rows] == [("node-1", False), ("node-2", True), ("node-3", False)]
+    assert not ssh_answers(node.address)  # from the host
+    t0 = time.monotonic()
+    proc = lab.exec("node-1", rsync_to_node, timeout=30)  # from another node: rsync over ssh
+    assert proc.returncode != 0 and ("No route to host" in proc.stderr or "timed out" in proc.stderr), proc.stderr
+    assert time.monotonic() - t0 < 10
+    # from the node itself: nothing leaves it (its route went with the link)
+    proc = subprocess.run(["nsenter", f"--net=/var/run/netns/{node.netns}", *peer_ssh(lab), f"root@{other.address}", "true"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 255 and "Network is unreachable" in proc.stderr, proc.stderr
+    # the BMC is out of band (served on the host side): it still answers
+    assert "Chassis Power is on" in ipmitool(lab, "node-2", "chassis", "power", "status")
+    lab.fault("node-2", Fault.HEAL)
+    peakpack("lab", "fault", "--dir", str(lab.dir), "node-2", "--heal")  # again: harmless
+    assert wait(lambda: ssh_answers(node.address), 5)
+    assert lab.exec("node-1", rsync_to_node).returncode == 0
+    assert status_of(lab, "node-2")["partitioned"] is False
+
+
+def test_killed_dockerd_orphans_its_containers_and_start_stops_them(clean_lab: Lab) -> None:
+    lab = clean_lab
+    node = lab.node("node-3")
+    # --stop-timeout 1: a restarted dockerd stops orphans with their stop timeout before it answers
+    for name, policy in (("plain", "no"), ("always", "always")):
+        proc = lab.exec("node-3", ["docker", "run", "-d", "--name", name, "--restart", policy, "--stop-timeout", "1",
+                                   "--network", "none", "peakpack/busybox:lab", "sleep", "1000"])
+        assert proc.returncode == 0, proc.stderr
+    started = lab.exec("node-3", ["docker", "inspect", "-f", "{{.State.StartedAt}}", "always"]).stdout
+    peakpack("lab", "fault", "--dir", str(lab.dir), "node-3", "--kill-dockerd")
+    assert "not running" in lab.fault("node-3", Fault.KILL_DOCKERD)  # again: harmless
+    proc = lab.exec("node-3", ["docker", "ps"])
+    assert proc.returncode == 1 and "Cannot connect to the Docker daemon" in proc.stderr, proc.stderr
+    row = status_of(lab, "node-3")
+    assert (row["dockerd"], row["sshd"], row["containers"]) == (False, True, None)
+    assert len(cgroup_pids(node)) >= 2  # both containers run on, without their daemon
+    t0 = time.monotonic()
+    lab.fault("node-3", Fault.START_DOCKERD)
+    assert time.monotonic() - t0 < 10
+    assert "already running" in lab.fault("node-3", Fault.START_DOCKERD)
+    # without live-restore, the new dockerd stops what it found running; restart policies apply after
+    states = lab.exec("node-3", ["docker", "inspect", "-f", "{{.Name}} {{.State.Status}} {{.State.ExitCode}}",
+                                 "plain", "always"]).stdout.split("\n")
+    assert states[:2] == ["/plain exited 137", "/always running 0"], states
+    assert lab.exec("node-3", ["docker", "inspect", "-f", "{{.State.StartedAt}}", "always"]).stdout != started
+
+
+def test_full_disk_refuses_docker_writes_and_free_brings_them_back(clean_lab: Lab) -> None:
+    lab = clean_lab
+    node = lab.node("node-1")
+    peakpack("lab", "fault", "--dir", str(lab.dir), "node-1", "--fill-disk")
+    lab.fault("node-1", Fault.FILL_DISK)  # again: harmless
+    row = status_of(lab, "node-1")
+    assert row["disk_full"] is True and row["disk_free_bytes"] < 1 << 20
+    # the host paid nothing for it: the 8 GiB are allocated inside the node's sparse image only
+    assert node.disk_image.stat().st_blocks * 512 < 1 << 30
+    proc = lab.exec("node-1", ["docker", "run", "-d", "--name", "c1", "--network", "none",
+                               "peakpack/busybox:lab", "sleep", "1000"])
+    assert proc.returncode != 0 and "no space left on device" in proc.stderr, proc.stderr
+    proc = lab.exec("node-1", ["docker", "volume", "create", "v1"])
+    assert proc.returncode != 0 and "no space left on device" in proc.stderr, proc.stderr
+    # what a migration's copy into this node's docker root does
+    proc = lab.exec("node-2", rsync_to(lab, "/etc/services", "node-1", f"{node.docker_root}/"))
+    # 11: error in file IO; its "No space left on device (28)" line is sometimes lost with the connection
+    assert proc.returncode == 11, proc.stderr
+    # a dockerd (re)started on a full disk exits at once: it cannot create <data-root>/tmp
+    lab.fault("node-1", Fault.KILL_DOCKERD)
+    with pytest.raises(LabError, match="no space left on device"):
+        lab.fault("node-1", Fault.START_DOCKERD)
+    lab.fault("node-1", Fault.FREE_DISK)
+    peakpack("lab", "fault", "--dir", str(lab.dir), "node-1", "--free-disk")  # again: harmless
+    lab.fault("node-1", Fault.START_DOCKERD)
+    row = status_of(lab, "node-1")
+    assert row["disk_full"] is False and row["disk_free_bytes"] > 1 << 30 and row["dockerd"] is True
+    proc = lab.exec("node-1", ["docker", "run", "-d", "--name", "c1", "--network", "none",
+                               "peakpack/busybox:lab", "sleep", "1000"])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_fault_wants_exactly_one_flag_and_a_node_of_the_lab(lab: Lab) -> None:
+    for args in ((), ("--partition", "--heal")):
+        proc = peakpack("lab", "fault", "--dir", str(lab.dir), "node-1", *args, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().count("\n") == 0 and "--partition, --heal, --kill-dockerd" in proc.stderr
+    proc = peakpack("lab", "fault", "--dir", str(lab.dir), "node-9", "--heal", check=False)
+    assert proc.returncode == 2 and "node-9" in proc.stderr and "node-1" in proc.stderr
+    with pytest.raises(LabError, match="not one of"):
+        lab.fault("node-1", "unplug")

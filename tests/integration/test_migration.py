@@ -109,8 +109,13 @@ def test_changed_host_key_is_refused(clean_lab: Lab, tmp_path: Path) -> None:
         with pytest.raises(HostKeyError, match="node-1"):
             shell.run("node-1", ["true"])
         assert shell.run("node-2", ["true"]).ok  # the other nodes' keys still match
-    proc = peakpack("plan", "--inventory", str(inv_file), db=tmp_path / "pp.db")
-    assert proc.returncode == 2 and "host key" in proc.stderr and "Traceback" not in proc.stderr
+    # the planner never touches a node it cannot trust: held, with the reason, the rest planned as usual
+    proc = peakpack("plan", "--inventory", str(inv_file), "--json", db=tmp_path / "pp.db")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "held: node-1: node node-1: host key does not match" in proc.stderr
+    plan = json.loads(proc.stdout)
+    assert "host key" in plan["held"]["node-1"]
+    assert all("node-1" not in (a.get("node"), a.get("source"), a.get("target")) for a in plan["actions"])
 
 
 def test_unsafe_names_never_reach_a_shell(clean_lab: Lab, tmp_path: Path) -> None:

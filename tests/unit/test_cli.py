@@ -27,7 +27,8 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     db = tmp_path / "pp.db"
     proc = run("plan", "--json", "--time-limit", "5", db=db)
     plan = json.loads(proc.stdout)
-    assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable"}
+    assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable", "held"}
+    assert plan["held"] == {}
     assert plan["immovable"] == []  # the demo's containers can all move
     assert plan["dry_run"] is True and plan["policy"] == "peakpack"
     assert isinstance(plan["plan_id"], int)

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from migrate.docker import parse_inspect, parse_size_mb, parse_stats
 from orchestrator.names import container_name
 from migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
 from orchestrator.errors import NodeError, PeakpackError, PowerError
 from orchestrator.model import BmcConfig, Container, ContainerClass
-from orchestrator.observe import parse_containers
+from orchestrator.observe import parse_containers, parse_size_mb, parse_stats
 from power.ipmi import ipmitool_argv, parse_dcmi, parse_status
 
 INSPECT = [{
@@ -30,13 +29,6 @@ INSPECT = [{
 def test_unsafe_container_names_are_refused(bad: str) -> None:
     with pytest.raises(PeakpackError, match="CONTAINER"):
         container_name(bad)
-
-
-def test_inspect_parser_reads_state_and_refuses_garbage() -> None:
-    state = parse_inspect("node-1", json.dumps(INSPECT))
-    assert (state.name, state.running, state.cpuset) == ("web-1", True, "0")
-    with pytest.raises(NodeError, match="node-1"):
-        parse_inspect("node-1", "<html>")
 
 
 def test_observer_prefers_declared_demand_and_reads_labels() -> None:

@@ -3,7 +3,7 @@ before/after every action, and the rules that keep a failed step from cascading.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from db.records import EnergyRow
-from db.store import ActionState, Store
+from db.store import ActionState, FencedError, Store
 from orchestrator.config import demo_inventory, demo_snapshot
 from orchestrator.controller import Controller, ControllerSettings, Services
 from orchestrator.errors import PowerError, StoreError
@@ -46,7 +46,7 @@ class FakeOps:
         self.calls.append(("power_off", node))
         self.seen_states.append(self._state_now())
 
-    def migrate(self, actions: Sequence[tuple[int, Action]]) -> dict[int, ActionState]:
+    def migrate(self, actions: Sequence[tuple[int, Action]], stop_requested: object = None) -> dict[int, ActionState]:
         result = {}
         for aid, a in actions:
             self.calls.append(("migrate", a.container or ""))
@@ -147,7 +147,7 @@ def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str],
     )
 
 
-def test_live_controller_holds_the_lock_reconciles_and_executes(store: Store) -> None:
+def test_live_controller_holds_the_lease_reconciles_and_executes(store: Store) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
     settings = ControllerSettings(dry_run=False, time_limit_s=5)
@@ -156,7 +156,7 @@ def test_live_controller_holds_the_lock_reconciles_and_executes(store: Store) ->
     second = Controller(inv, store, settings, services=fake_services(store, snap, []))
     with pytest.raises(StoreError, match="locked by controller"):
         second.run_once()
-    plan = first.run_once()  # releases the lock when done
+    plan = first.run_once()  # releases the lease when done
     assert not plan.dry_run
     assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
     second.run_once()
@@ -190,3 +190,46 @@ def test_metrics_endpoint_reports_the_last_plan(store: Store) -> None:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert f"peakpack_nodes_on {float(plan.after.nodes_on)}" in text
     assert "peakpack_plan_seconds_count 1.0" in text
+
+
+def test_a_controller_that_lost_the_lease_starts_no_new_action(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    services = fake_services(store, snap, [])
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5), services=services)
+    ops = services.ops
+    assert isinstance(ops, FakeOps)
+    controller.start()
+    migrate = ops.migrate
+
+    def renewal_fails_meanwhile(actions: Sequence[tuple[int, Action]],
+                                stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
+        done = migrate(actions, stop_requested)
+        controller.lease.lose("renewal failed")
+        assert stop_requested()  # the batch starts no further migration either
+        return done
+
+    ops.migrate = renewal_fails_meanwhile  # type: ignore[method-assign]
+    plan = controller.run_epoch()
+    offs = [a for a in store.list_actions(plan_id=plan.plan_id) if a.kind == "power_off"]
+    assert offs and {(a.state, a.detail) for a in offs} == {(ActionState.SKIPPED, "the controller is stopping")}
+    assert "power_off" not in {k for k, _ in ops.calls}  # nothing after the loss was started
+    with pytest.raises(FencedError, match="lease lost: renewal failed"):
+        controller.run_epoch()  # checked before each epoch
+    controller.finish()
+
+
+def test_a_taken_over_controller_is_fenced_at_its_next_write(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    services = fake_services(store, snap, [])
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5), services=services)
+    controller.start()
+    successor = Store(store.engine)  # another controller's handle on the same database
+    token = successor.acquire_lease("serve@elsewhere:1:x:y", ttl_s=60, replacing=controller.owner)
+    with pytest.raises(FencedError, match=rf"controller serve@elsewhere:1:x:y took over \(lease token {token} > "):
+        controller.run_epoch()
+    controller._epoch_job()  # in the service the first fenced write ends the leadership
+    assert controller.lease.lost.is_set()
+    assert store.list_plans() == [] and services.ops.calls == []  # type: ignore[attr-defined]
+    controller.finish()

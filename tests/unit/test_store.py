@@ -1,15 +1,20 @@
-"""The store on a real SQLite file: round trips, journal states, crash leftovers, the lock."""
+"""The store on a real SQLite file and a real PostgreSQL server: round trips, journal states,
+crash leftovers, the controller lease and the fencing of every write."""
 
 from __future__ import annotations
 
+import ast
 import sqlite3
+import threading
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from db.store import ActionState, EnergyRow, EnergySample, MigrationState, Store, parse_duration
+import db.store
+from db.store import (ActionState, EnergyRow, EnergySample, FencedError, MigrationState, Store,
+                      parse_duration)
 from orchestrator.config import demo_inventory, demo_snapshot
 from orchestrator.errors import PeakpackError, StoreError
 from orchestrator.planning import make_plan
@@ -32,11 +37,15 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     with Store.open(url) as s:
         yield s
         if request.param == "postgresql":  # one server per module: start each test empty
-            from db.schema import Base
+            drop_schema(s)
 
-            Base.metadata.drop_all(s.engine)
-            with s.engine.begin() as c:
-                c.exec_driver_sql("DROP TABLE alembic_version")
+
+def drop_schema(store: Store) -> None:
+    from db.schema import Base
+
+    Base.metadata.drop_all(store.engine)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("DROP TABLE alembic_version")
 
 
 def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> None:
@@ -45,7 +54,7 @@ def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> N
     Store.open(url).close()  # a second open finds the schema at head and changes nothing
     con = sqlite3.connect(tmp_path / "pp.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
     with Store.open(url) as s, s.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -140,14 +149,142 @@ def test_energy_samples_and_grouping(store: Store) -> None:
         store.add_energy([EnergyRow("node-1", t0, t0, -1.0, "rapl")])
 
 
-def test_one_controller_per_store(store: Store) -> None:
-    assert store.acquire_lock("head:100")
-    assert not store.acquire_lock("head:200")
-    assert store.acquire_lock("head:100")  # re-entrant for its owner
-    store.release_lock("head:100")
-    assert store.acquire_lock("head:200")
-    assert store.acquire_lock("head:300", stale_after_s=-1)  # a dead holder is replaced
-    assert store.lock_holder()[0] == "head:300"
+def url_of(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
+
+
+def test_lease_tokens_grow_and_an_expired_lease_is_taken_over(store: Store) -> None:
+    assert store.lease_holder() is None
+    first = store.acquire_lease("a", ttl_s=60)
+    assert first is not None and store.lease_holder().holder == "a"
+    assert store.acquire_lease("b", ttl_s=60) is None  # a's lease runs
+    assert store.renew_lease("a", first, ttl_s=60) and not store.renew_lease("b", first, ttl_s=60)
+    store.release_lease("a", first)
+    assert store.lease_holder() is None
+    second = store.acquire_lease("b", ttl_s=-1)  # taken, and expired at once
+    assert second == first + 1 and store.lease_holder() is None
+    third = store.acquire_lease("c", ttl_s=60)  # an expired lease is taken over
+    assert third == second + 1 and store.lease_holder().token == third
+    assert not store.renew_lease("b", second, ttl_s=60)  # b may not extend what c holds now
+    store.release_lease("b", second)  # nor free it
+    assert store.lease_holder().holder == "c"
+    assert store.acquire_lease("d", ttl_s=60) is None
+    assert store.acquire_lease("d", ttl_s=60, replacing="c") == third + 1  # c is known dead
+    assert store.acquire_lease("e", ttl_s=60, replacing="c") is None  # but d is not
+
+
+def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    plan = make_plan(inv, snap, time_limit_s=5)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Store.open(url_of(store)) as old:
+        mine = old.acquire_lease("old", ttl_s=-1)  # a leader whose renewal stopped
+        old.fence(mine)
+        plan_id = old.save_plan(plan, inventory="demo", snapshot=snap)
+        action = old.plan_action_ids(plan_id)[0]
+        mid = old.begin_migration("web-1", "node-1", "node-2", action)
+        step = old.step_started(mid, "checkpointing")
+        event = old.begin_power_event("node-3", "power_off")
+        theirs = store.acquire_lease("new", ttl_s=60)
+        store.fence(theirs)
+        writes: dict[str, Callable[[], object]] = {
+            "save_plan": lambda: old.save_plan(plan, inventory="demo", snapshot=snap),
+            "set_action_state": lambda: old.set_action_state(action, ActionState.ONGOING),
+            "begin_migration": lambda: old.begin_migration("web-2", "node-1", "node-2"),
+            "step_started": lambda: old.step_started(mid, "transferring"),
+            "step_finished": lambda: old.step_finished(step, ok=True),
+            "finish_migration": lambda: old.finish_migration(mid, MigrationState.FAILED, "late"),
+            "record_pinning": lambda: old.record_pinning("node-1", "web-1", "0-1"),
+            "begin_power_event": lambda: old.begin_power_event("node-4", "power_on"),
+            "finish_power_event": lambda: old.finish_power_event(event, "SUCCEEDED"),
+            "quarantine": lambda: old.quarantine("node-4", "late"),
+            "clear_quarantine": lambda: old.clear_quarantine("node-4"),
+            "set_idle_since": lambda: old.set_idle_since("node-3", t0),
+            "add_energy_samples": lambda: old.add_energy_samples([EnergySample("node-1", t0, "rapl", energy_uj=1)]),
+            "add_energy": lambda: old.add_energy([EnergyRow("node-1", t0, t0 + timedelta(seconds=1), 1.0, "rapl")]),
+        }
+        assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
+        for name, write in writes.items():
+            with pytest.raises(FencedError, match=rf"^--db: controller new took over \(lease token {theirs} > {mine}\); "
+                                                  r"this one stops$"):
+                write()
+        assert [p.plan_id for p in old.list_plans()] == [plan_id]  # reads are not fenced; nothing landed
+        assert {a.state for a in old.list_actions()} == {ActionState.PENDING}
+        assert [m.state for m in old.unfinished_migrations()] == [MigrationState.CHECKPOINTING]
+        assert old.list_pinnings() == [] and old.quarantined() == {} and old.idle_since("node-3") is None
+        assert [p.state for p in old.list_power_events()] == ["ONGOING"]
+        assert old.energy_samples("node-1", "rapl") == [] and old.list_energy() == []
+    store.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
+    store.fence(None)
+    with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before
+        unfenced.quarantine("node-5", "by hand")
+        assert unfenced.quarantined() == {"node-5": "by hand"}
+
+
+def writes_of_the_store() -> set[str]:
+    """The Store methods that open a write transaction (self._write()), read from the source."""
+    tree = ast.parse(Path(db.store.__file__).read_text())
+    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Store"]
+    return {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and f.name != "_write"
+            and "self._write()" in ast.unparse(f)}
+
+
+def test_a_write_in_a_read_transaction_is_a_bug(store: Store) -> None:
+    from db.schema import PinningRow
+
+    with pytest.raises(RuntimeError, match="fenced"):
+        with store._tx() as s:
+            s.add(PinningRow(node="n", container="c", cpuset="0", at=datetime.now(timezone.utc)))
+
+
+def test_racing_take_overs_have_exactly_one_winner(store: Store) -> None:
+    """Eight controllers on their own connections race for a free, then an expired, lease."""
+    url = url_of(store)
+    handles = [Store.open(url) for _ in range(8)]
+    try:
+        for left in ("free", "expired"):
+            if (held := store.lease_holder()) is not None:
+                store.release_lease(held.holder, held.token)
+            if left == "expired":
+                assert store.acquire_lease("dead", ttl_s=-1) is not None
+            start = threading.Barrier(len(handles))
+            got: dict[int, int | None | BaseException] = {}
+
+            def race(i: int, h: Store) -> None:
+                start.wait()
+                try:
+                    got[i] = h.acquire_lease(f"racer-{i}", ttl_s=60)
+                except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                    got[i] = exc
+
+            threads = [threading.Thread(target=race, args=(i, h)) for i, h in enumerate(handles)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert not [v for v in got.values() if isinstance(v, BaseException)], got
+            winners = [i for i, v in got.items() if v is not None]
+            assert len(got) == len(handles) and len(winners) == 1, got
+    finally:
+        for h in handles:
+            h.close()
+
+
+def test_first_opens_racing_on_an_empty_database_create_the_schema_once(store: Store) -> None:
+    """Two controllers started together on a new database: both open it, no "table exists"."""
+    import subprocess
+    import sys
+
+    url = url_of(store)
+    drop_schema(store)
+    code = "import sys; from db.store import Store; Store.open(sys.argv[1]).close()"
+    root = Path(__file__).resolve().parents[2]
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], cwd=root, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    assert store.acquire_lease("a", 60) == 1  # one lease row, token from the start
 
 
 def test_bad_urls_and_durations_are_one_line_errors(tmp_path: Path) -> None:

@@ -1,0 +1,209 @@
+"""Chaos: N live migrations on the real lab, each hit by a random fault at a random moment, then
+healed and reconciled; prints what happened to the containers (a measurement, not a test; needs
+root and scripts/install-system-deps.sh).
+
+    .venv/bin/python bench/chaos.py [--migrations 100] [--seed 1] [--max-minutes 80] [--dir DIR]
+
+Three containers with an in-memory counter (each prints "<process id> <count>") are moved around a
+3-node lab. Per migration: a random container, a random target, a random fault (network partition,
+dockerd killed, a full disk, a power cut of the source or the target, the controller killed with
+SIGKILL, or none) injected at a random step after a random delay of up to a second (so it lands
+within the step, not only at its start). Then every fault is undone, reconciliation runs until
+nothing is unsettled, and every container is checked:
+- lost: running on no node; doubled: running on two; left over: a stopped copy on a second node;
+- state lost: running, but as a new process (its counter restarted). A power cut kills the
+  containers of its node, and so does a killed dockerd once it starts again (docker without
+  live-restore stops them): a container hit that way before any checkpoint of it existed is
+  counted apart, as "died with its node" (the migration's record says "its memory state is
+  lost"; docs/migration.md names the case), not as state lost by the migration.
+Printed: migrations tried, faults by kind, outcomes by state, the counts above (targets: 0 lost,
+0 doubled), and the time from the fault to everything settled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from db.store import Store  # noqa: E402
+from lab import Lab  # noqa: E402
+from lab.faults import Fault  # noqa: E402
+from lab.node import start_node, stop_node  # noqa: E402
+from migrate.batch import reconcile_migrations  # noqa: E402
+from migrate.handler import Migration  # noqa: E402
+from orchestrator.config import load_inventory  # noqa: E402
+from orchestrator.remote import RemoteShell  # noqa: E402
+from power.ipmi import power_probe  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE = "peakpack/busybox:lab"
+COUNTER = 'id=$RANDOM; i=0; while :; do i=$((i+1)); echo "$id $i"; sleep 0.1; done'
+STEPS = ("creating", "precopy", "checkpointing", "transferring", "restoring", "verifying", "settling")
+FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill")
+KILLED = """
+import os, signal, sys, time
+from db.store import Store
+from migrate.handler import Migration
+from orchestrator.config import load_inventory
+from orchestrator.remote import RemoteShell
+inventory, db, name, source, target, step, delay = sys.argv[1:]
+inv = load_inventory(inventory)
+
+async def die(now):
+    if now == step:
+        time.sleep(float(delay))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+with RemoteShell(inv) as shell, Store.open(db) as store:
+    shell.call(Migration(shell.pool, shell.engines, store, inv, name, source, target, hook=die).run())
+"""
+
+
+def where(lab: Lab, name: str) -> dict[str, bool]:
+    """node -> running? for every node holding a copy."""
+    found = {}
+    for n in lab.layout.nodes:
+        proc = lab.exec(n.name, ["docker", "inspect", "-f", "{{.State.Running}}", name], timeout=60)
+        if proc.returncode == 0:
+            found[n.name] = proc.stdout.strip() == "true"
+    return found
+
+
+def process_id(lab: Lab, node: str, name: str) -> int | None:
+    out = lab.exec(node, ["docker", "logs", "--tail", "1", name], timeout=60).stdout.split()
+    return int(out[0]) if out else None
+
+
+def inject(lab: Lab, kind: str, node: str) -> None:
+    if kind == "partition":
+        lab.fault(node, Fault.PARTITION)
+    elif kind == "kill-dockerd":
+        lab.fault(node, Fault.KILL_DOCKERD)
+    elif kind == "fill-disk":
+        lab.fault(node, Fault.FILL_DISK)
+    elif kind == "power-cut":
+        stop_node(lab.node(node))
+
+
+def heal(lab: Lab) -> None:
+    for n in lab.layout.nodes:
+        start_node(n)
+    lab.clear_faults()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--migrations", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-minutes", type=float, default=80.0)
+    ap.add_argument("--dir", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    deadline = time.monotonic() + args.max_minutes * 60
+    own = args.dir is None
+    lab = Lab(args.dir or Path(tempfile.mkdtemp(prefix="peakpack-chaos-")))
+    if own:
+        lab.up(nodes=3, cpus=2, log=lambda text: print(f"# {text}", file=sys.stderr))
+    names = ["chaos-a", "chaos-b", "chaos-c"]
+    db = f"sqlite:///{lab.dir / 'chaos.db'}"
+    faults: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    lost = doubled = left_over = state_lost = died_with_node = tried = 0
+    recovery: list[float] = []
+    try:
+        for i, name in enumerate(names):
+            lab.exec(f"node-{i + 1}", ["docker", "run", "-d", "--name", name, "--network", "none", "--restart",
+                                       "unless-stopped", "--stop-timeout", "1", IMAGE, "sh", "-c", COUNTER])
+        time.sleep(2)
+        inv = load_inventory(lab.inventory_path)
+        probe = power_probe(inv)
+        ids = {n: process_id(lab, f"node-{i + 1}", n) for i, n in enumerate(names)}
+        node_of = {n: f"node-{i + 1}" for i, n in enumerate(names)}
+        for k in range(args.migrations):
+            if time.monotonic() > deadline:
+                print(f"# time is up after {k} migrations", file=sys.stderr)
+                break
+            name = rng.choice(names)
+            running = [n for n, up in where(lab, name).items() if up]
+            if len(running) != 1:
+                raise SystemExit(f"{name}: expected one running copy before migration {k}, found {running}")
+            source = running[0]
+            target = rng.choice([n.name for n in lab.layout.nodes if n.name != source])
+            kind, step, delay = rng.choice(FAULTS), rng.choice(STEPS), rng.uniform(0, 1.0)
+            side = rng.choice((source, target))
+            faults[kind if kind in ("none", "sigkill") else f"{kind} ({'source' if side == source else 'target'})"] += 1
+            hit_at: list[float] = []
+            tried += 1
+            if kind == "sigkill":
+                subprocess.run([sys.executable, "-c", KILLED, str(lab.inventory_path), db, name, source, target, step,
+                                f"{delay:.2f}"], cwd=REPO, capture_output=True, timeout=900)
+                hit_at.append(time.monotonic())
+            else:
+                async def hook(now: str, kind: str = kind, step: str = step, side: str = side,
+                               delay: float = delay) -> None:
+                    if now == step and kind != "none":
+                        def later() -> None:
+                            time.sleep(delay)
+                            inject(lab, kind, side)
+                            hit_at.append(time.monotonic())
+                        threading.Thread(target=later, daemon=True).start()
+
+                with RemoteShell(inv) as shell, Store.open(db) as store:
+                    shell.call(Migration(shell.pool, shell.engines, store, inv, name, source, target, hook=hook,
+                                         bmc_power=probe).run())
+                time.sleep(1.2)  # a fault scheduled late in the last step has landed
+            heal(lab)
+            with RemoteShell(inv) as shell, Store.open(db) as store:
+                for _ in range(5):
+                    shell.call(reconcile_migrations(shell.pool, shell.engines, store, probe))
+                    if not store.unfinished_migrations():
+                        break
+                    time.sleep(3)
+                last = max(store.list_migrations(), key=lambda m: m.id)
+                outcomes[last.state.value] += 1
+            if hit_at:
+                recovery.append(time.monotonic() - hit_at[0])
+            for n in names:
+                copies = where(lab, n)
+                up = [node for node, is_up in copies.items() if is_up]
+                lost += not up
+                doubled += len(up) > 1
+                left_over += len(copies) > len(up) and bool(up)
+                if up:
+                    now_id = process_id(lab, up[0], n)
+                    if now_id != ids[n]:
+                        cut_here = kind in ("power-cut", "kill-dockerd") and node_of.get(n) == side
+                        if n != name and cut_here or n == name and "memory state is lost" in (last.reason or ""):
+                            died_with_node += 1  # its node or daemon died before any checkpoint of it existed
+                        else:
+                            state_lost += 1
+                        ids[n] = now_id
+                    node_of[n] = up[0]
+            print(f"{k + 1:3d} {name} {source}->{target} {kind:12s} at {step:13s} +{delay:.2f}s: "
+                  f"{last.state.value}", flush=True)
+    finally:
+        if own:
+            lab.down(log=lambda _: None)
+    print(f"\nmigrations tried: {tried}")
+    print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+    print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    print(f"containers lost: {lost} (target 0); doubled: {doubled} (target 0); stopped copies left over: "
+          f"{left_over}; state lost: {state_lost}; died with their node or daemon before a checkpoint: "
+          f"{died_with_node}")
+    if recovery:
+        recovery.sort()
+        print(f"time from fault to settled: median {recovery[len(recovery) // 2]:.1f} s, max {recovery[-1]:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

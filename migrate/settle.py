@@ -1,0 +1,176 @@
+"""Settling a migration: observe both nodes, let `resolve.decide` choose, act, observe again, until
+the container runs exactly once with nothing left behind, or a fact that matters is unknown
+(IN_DOUBT, retried at the next reconciliation). The same code ends every migration: the success
+path (removing the source), the failure path of a live migration, and reconciliation after a
+crash, so there is one way out of every state.
+
+Every action is check-then-act: it runs only because the facts just observed call for it, and
+after it the facts are observed again instead of assuming it worked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from db.store import MigrationState
+from orchestrator.errors import NodeError, PeakpackError
+from orchestrator.remote import SshPool
+from orchestrator.remote.engine import EngineAPIError, EnginePool
+
+from .resolve import Copy, Decision, Move, Side, decide
+
+#: node -> True/False (its BMC's power state) or None (no BMC / unreadable); power/ supplies it
+PowerProbe = Callable[[str], bool | None]
+#: files a complete checkpoint has (runc writes descriptors.json after CRIU's dump succeeded)
+CHECKPOINT_FILES = ("inventory.img", "pstree.img", "descriptors.json")
+MAX_ROUNDS = 8
+NO_RESTART = {"Name": "no", "MaximumRetryCount": 0}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the migration needs to settle that the nodes may no longer show; journaled (as the
+    preflight step's detail) before anything changes."""
+
+    restart_policy: dict[str, Any] = field(default_factory=lambda: dict(NO_RESTART))
+    volumes: tuple[str, ...] = ()
+    summary: str = ""
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def loads(cls, text: str | None) -> "Facts | None":
+        try:
+            d = json.loads(text or "")
+            return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def checkpoint_name(migration_id: int) -> str:
+    return f"peakpack-{migration_id}"
+
+
+@dataclass
+class Settler:
+    """The nodes' side of one migration: observe a node, act on the decision."""
+
+    ssh: SshPool
+    engines: EnginePool
+    container: str
+    source: str
+    target: str
+    migration_id: int
+    facts: Facts
+    bmc_power: PowerProbe | None = None
+    restore_timeout: float = 900.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def checkpoint(self) -> str:
+        return checkpoint_name(self.migration_id)
+
+    async def checkpoint_dir(self, node: str, container_id: str) -> str:
+        info = await self.engines.call(node, lambda api: api.info())
+        return f"{info['DockerRootDir']}/containers/{container_id}/checkpoints/{self.checkpoint}"
+
+    async def side(self, node: str) -> Side:
+        try:
+            d = await self.engines.inspect_container_or_none(node, self.container)
+            if d is None:
+                return Side(node, Copy.ABSENT)
+            folder = await self.checkpoint_dir(node, str(d["Id"]))
+            test = ["test", "-f", f"{folder}/{CHECKPOINT_FILES[0]}"]
+            for name in CHECKPOINT_FILES[1:]:
+                test += ["-a", "-f", f"{folder}/{name}"]
+            complete = (await self.ssh.run(node, test, check=False, timeout=30)).ok
+            return Side(node, Copy.RUNNING if d["State"]["Running"] else Copy.STOPPED, complete)
+        except NodeError:
+            off = await asyncio.to_thread(self.bmc_power, node) is False if self.bmc_power else False
+            return Side(node, Copy.UNKNOWN, fenced=off)
+
+    async def run(self, checkpointed: bool, failure: str | None) -> tuple[MigrationState, str | None]:
+        """Settle; returns the migration's state (terminal, or IN_DOUBT) and the reason to record."""
+        note = failure
+        for _ in range(MAX_ROUNDS):
+            src, dst = await asyncio.gather(self.side(self.source), self.side(self.target))
+            d = decide(src, dst)
+            if d.move is Move.WAIT:
+                return MigrationState.IN_DOUBT, _join(note, d.why)
+            if d.move is Move.LOST:
+                return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
+            try:
+                await self.act(d)
+            except (PeakpackError, EngineAPIError, OSError) as exc:
+                return MigrationState.IN_DOUBT, _join(note, f"{d.move.value} failed: {_one_line(exc)}; retried "
+                                                           "at the next reconciliation")
+            if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH):
+                note = _join(note, d.why)
+            if d.move is Move.DONE_FORWARD:
+                return MigrationState.SUCCEEDED, note
+            if d.move is Move.DONE_BACK:
+                return (MigrationState.ROLLED_BACK if checkpointed else MigrationState.FAILED), note
+        return MigrationState.IN_DOUBT, _join(note, "did not settle; retried at the next reconciliation")
+
+    async def act(self, d: Decision) -> None:
+        src, dst = self.source, self.target
+        match d.move:
+            case Move.FINISH:
+                await self.engines.call(src, lambda api: api.remove_container(self.container, force=True))
+            case Move.DONE_FORWARD:
+                await self._finalize_target()
+            case Move.KEEP_SOURCE:
+                await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
+            case Move.DONE_BACK:
+                await self._remove_volumes(dst)
+                await self._set_restart_policy(src)
+            case Move.RESTORE_SOURCE:
+                await self._start(src, checkpoint=True)
+            case Move.RESTORE_TARGET:
+                await self._start(dst, checkpoint=True)
+            case Move.START_SOURCE_FRESH:
+                await self._start(src, checkpoint=False)
+            case Move.START_TARGET_FRESH:
+                await self._start(dst, checkpoint=False)
+
+    async def _start(self, node: str, checkpoint: bool) -> None:
+        argv = ["docker", "start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
+        await self.ssh.run(node, argv, timeout=self.restore_timeout)
+        await asyncio.sleep(0.3)  # a restore that dies at once shows as stopped when observed next
+
+    async def _finalize_target(self) -> None:
+        """The target copy is the container now: its restart policy as the operator gave it, its
+        transferred checkpoint gone, and the source's volumes (copied) removed."""
+        await self._set_restart_policy(self.target)
+        d = await self.engines.inspect_container_or_none(self.target, self.container)
+        if d is not None:
+            folder = await self.checkpoint_dir(self.target, str(d["Id"]))
+            await self.ssh.run(self.target, ["rm", "-rf", "--", folder, f"{folder}.partial"])
+        await self._remove_volumes(self.source)
+
+    async def _set_restart_policy(self, node: str) -> None:
+        policy = self.facts.restart_policy
+        if policy.get("Name") in (None, "", "no"):
+            return
+        await self.engines.call(node, lambda api: api.update_container(self.container, restart_policy=policy))
+
+    async def _remove_volumes(self, node: str) -> None:
+        """This migration's volumes on `node`: created there by it (target) or copied away (source);
+        preflight made sure no other container shares them."""
+        for name in self.facts.volumes:
+            if await self.engines.call_or_none(node, lambda api, n=name: api.inspect_volume(n)) is not None:
+                await self.engines.call(node, lambda api, n=name: api.remove_volume(n, force=True))
+
+
+def _join(a: str | None, b: str | None) -> str | None:
+    return "; ".join(x for x in (a, b) if x) or None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:500]

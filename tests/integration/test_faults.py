@@ -1,0 +1,181 @@
+"""Exactly once under real faults: a live migration of a container with an in-memory counter is hit
+by a fault at one of its steps (a network partition, dockerd killed, a full disk, a power cut of
+either node, or the controller itself killed with SIGKILL). After healing and reconciling, the
+container runs on exactly one node, nothing of it is left on the other, and its memory state went
+on (the same process id, a larger counter). Nothing is mocked: the faults are lab/faults.py's,
+done inside the nodes' namespaces."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from db.store import MigrationState, Store
+from lab import Lab
+from lab.faults import Fault
+from lab.node import start_node, stop_node
+from migrate.batch import reconcile_migrations
+from migrate.handler import Migration
+from orchestrator.config import load_inventory
+from orchestrator.remote import RemoteShell
+from power.ipmi import power_probe
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "peakpack/busybox:lab"
+NAME = "victim"
+COUNTER = 'id=$RANDOM; i=0; while :; do i=$((i+1)); echo "$id $i"; sleep 0.1; done'
+NODES = {"source": "node-1", "target": "node-2"}
+#: fault -> what undoes it
+UNDO = {Fault.PARTITION: Fault.HEAL, Fault.KILL_DOCKERD: Fault.START_DOCKERD, Fault.FILL_DISK: Fault.FREE_DISK}
+STEPS = ("checkpointing", "transferring", "restoring", "settling")
+
+
+def start_victim(lab: Lab) -> tuple[int, int]:
+    proc = lab.exec("node-1", ["docker", "run", "-d", "--name", NAME, "--network", "none", "--restart",
+                               "unless-stopped", "--stop-timeout", "1", IMAGE, "sh", "-c", COUNTER])
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(1.5)
+    return counter(lab, "node-1")
+
+
+def counter(lab: Lab, node: str) -> tuple[int, int]:
+    ident, count = lab.exec(node, ["docker", "logs", "--tail", "1", NAME]).stdout.split()
+    return int(ident), int(count)
+
+
+def copies(lab: Lab) -> dict[str, str]:
+    """node -> 'running' / 'stopped' for every node that has the container."""
+    found = {}
+    for n in ("node-1", "node-2"):
+        state = lab.exec(n, ["docker", "inspect", "-f", "{{.State.Running}}", NAME])
+        if state.returncode == 0:
+            found[n] = "running" if state.stdout.strip() == "true" else "stopped"
+    return found
+
+
+def heal(lab: Lab) -> None:
+    for layout in lab.layout.nodes:
+        if layout.name in NODES.values():
+            start_node(layout)  # a power cut is undone by powering on (no-op when on)
+    lab.clear_faults()
+
+
+def settle(lab: Lab, db: Path) -> None:
+    inv = load_inventory(lab.inventory_path)
+    with RemoteShell(inv) as shell, Store.open(f"sqlite:///{db}") as store:
+        for _ in range(3):  # a node just back may need a moment before it answers everything
+            shell.call(reconcile_migrations(shell.pool, shell.engines, store, power_probe(inv)))
+            if not store.unfinished_migrations():
+                return
+            time.sleep(3)
+        pytest.fail(f"still unsettled: {store.unfinished_migrations()}")
+
+
+def assert_exactly_once(lab: Lab, db: Path, before: tuple[int, int], state_survives: bool = True) -> MigrationState:
+    where = copies(lab)
+    assert list(where.values()) == ["running"], where  # one copy, running; none left stopped elsewhere
+    ident, count = counter(lab, next(iter(where)))
+    if state_survives:
+        assert ident == before[0] and count > before[1], (before, ident, count)  # same process, state went on
+    restart = lab.exec(next(iter(where)), ["docker", "inspect", "-f", "{{.HostConfig.RestartPolicy.Name}}", NAME])
+    assert restart.stdout.strip() == "unless-stopped"  # the operator's policy is back on the survivor
+    with Store.open(f"sqlite:///{db}") as store:
+        [m] = store.list_migrations()
+    assert m.state in (MigrationState.SUCCEEDED, MigrationState.ROLLED_BACK, MigrationState.FAILED), m
+    return m.state
+
+
+def migrate_with(lab: Lab, db: Path, hook: Callable[[str], Awaitable[None]]) -> MigrationState:
+    inv = load_inventory(lab.inventory_path)
+    with RemoteShell(inv) as shell, Store.open(f"sqlite:///{db}") as store:
+        result = shell.call(Migration(shell.pool, shell.engines, store, inv, NAME, "node-1", "node-2",
+                                      hook=hook, bmc_power=power_probe(inv)).run())
+    return result.state
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("side", sorted(NODES))
+@pytest.mark.parametrize("fault", sorted(UNDO, key=lambda f: f.value))
+def test_fault_at_a_step_ends_exactly_once(clean_lab: Lab, tmp_path: Path, fault: Fault, side: str,
+                                           step: str) -> None:
+    lab, db = clean_lab, tmp_path / "pp.db"
+    before = start_victim(lab)
+
+    async def inject(now: str) -> None:
+        if now == step:
+            lab.fault(NODES[side], fault)
+
+    try:
+        migrate_with(lab, db, inject)
+    finally:
+        heal(lab)
+    settle(lab, db)
+    # dockerd without live-restore stops every container when it starts again: a source killed
+    # before the freeze loses the container's memory with its daemon (docs/migration.md)
+    lost_with_daemon = fault is Fault.KILL_DOCKERD and side == "source" and step == "checkpointing"
+    assert_exactly_once(lab, db, before, state_survives=not lost_with_daemon)
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("side", sorted(NODES))
+def test_power_cut_at_a_step(clean_lab: Lab, tmp_path: Path, side: str, step: str) -> None:
+    """A node loses power (its containers die with it). Once the checkpoint exists the state
+    survives and the container runs exactly once from it; a source that loses power before its
+    checkpoint loses the container's memory with it (docs/migration.md names the case): its engine
+    restarts it fresh when the node is back, and it still runs exactly once."""
+    lab, db = clean_lab, tmp_path / "pp.db"
+    before = start_victim(lab)
+    layout = lab.node(NODES[side])
+
+    async def cut(now: str) -> None:
+        if now == step:
+            stop_node(layout)
+
+    try:
+        migrate_with(lab, db, cut)
+    finally:
+        heal(lab)
+    settle(lab, db)
+    assert_exactly_once(lab, db, before, state_survives=not (side == "source" and step == "checkpointing"))
+
+
+KILLED_AT = textwrap.dedent("""
+    import os, signal, sys
+    from db.store import Store
+    from migrate.handler import Migration
+    from orchestrator.config import load_inventory
+    from orchestrator.remote import RemoteShell
+    inventory, db, step = sys.argv[1:]
+    inv = load_inventory(inventory)
+
+    async def die(now):
+        if now == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with RemoteShell(inv) as shell, Store.open(db) as store:
+        shell.call(Migration(shell.pool, shell.engines, store, inv, "victim", "node-1", "node-2", hook=die).run())
+""")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_controller_killed_at_a_step_is_settled_by_reconcile(clean_lab: Lab, tmp_path: Path, step: str) -> None:
+    lab, db = clean_lab, tmp_path / "pp.db"
+    before = start_victim(lab)
+    proc = subprocess.run([sys.executable, "-c", KILLED_AT, str(lab.inventory_path), f"sqlite:///{db}", step],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr
+    with Store.open(f"sqlite:///{db}") as store:
+        assert [m.container for m in store.unfinished_migrations()] == [NAME]
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "reconcile", "--inventory",
+                          str(lab.inventory_path), "--db", f"sqlite:///{db}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "found 1 unfinished" in out.stdout and "did: migration" in out.stdout
+    assert_exactly_once(lab, db, before)
