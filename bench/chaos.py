@@ -133,11 +133,13 @@ def main() -> None:
             if time.monotonic() > deadline:
                 print(f"# time is up after {k} migrations", file=sys.stderr)
                 break
-            name = rng.choice(names)
-            running = [n for n, up in where(lab, name).items() if up]
-            if len(running) != 1:
-                raise SystemExit(f"{name}: expected one running copy before migration {k}, found {running}")
-            source = running[0]
+            healthy = {n: [node for node, up in where(lab, n).items() if up] for n in names}
+            healthy = {n: nodes for n, nodes in healthy.items() if len(nodes) == 1}  # lost/doubled ones were counted
+            if not healthy:
+                print("# no container left to migrate", file=sys.stderr)
+                break
+            name = rng.choice(sorted(healthy))
+            source = healthy[name][0]
             target = rng.choice([n.name for n in lab.layout.nodes if n.name != source])
             kind, step, delay = rng.choice(FAULTS), rng.choice(STEPS), rng.uniform(0, 1.0)
             side = rng.choice((source, target))
@@ -176,6 +178,13 @@ def main() -> None:
             for n in names:
                 copies = where(lab, n)
                 up = [node for node, is_up in copies.items() if is_up]
+                if n != name and not up and len(copies) == 1:
+                    # not migrating, but its node's power or dockerd was cut: docker leaves it exited
+                    lab.exec(next(iter(copies)), ["docker", "start", n], timeout=120)
+                    died_with_node += 1
+                    copies = where(lab, n)
+                    up = [node for node, is_up in copies.items() if is_up]
+                    ids[n] = process_id(lab, up[0], n) if up else ids[n]
                 lost += not up
                 doubled += len(up) > 1
                 left_over += len(copies) > len(up) and bool(up)

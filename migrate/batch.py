@@ -29,9 +29,6 @@ ACTION_STATE = {
     MigrationState.ROLLBACK_FAILED: ActionState.FAILED,
     MigrationState.IN_DOUBT: ActionState.ONGOING,  # settled by reconciliation, which updates the action
 }
-#: the journal's state once the checkpoint may have been taken
-FROZEN_STATES = frozenset({MigrationState.CHECKPOINTING, MigrationState.TRANSFERRING, MigrationState.RESTORING,
-                           MigrationState.VERIFYING, MigrationState.CLEANING_UP, MigrationState.IN_DOUBT})
 
 
 async def execute_migrations(
@@ -100,11 +97,12 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
         preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
         facts = Facts.loads(preflight.detail) if preflight else None
         if facts is None:  # preflight never finished: nothing was changed on either node
-            state, reason = MigrationState.FAILED, f"stopped during {m.state.value}, before anything changed"
+            state = MigrationState.FAILED
+            reason = f"the controller stopped during {m.state.value}, before anything changed"
         else:
-            checkpointed = m.state in FROZEN_STATES or any(s.step == "checkpointing" for s in steps)
+            checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
             settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
-            state, reason = await settler.run(checkpointed, f"unfinished in {m.state.value}")
+            state, reason = await settler.run(checkpointed, f"the controller stopped during {m.state.value}")
         if state is MigrationState.IN_DOUBT:
             store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
         else:

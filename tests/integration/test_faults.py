@@ -7,6 +7,7 @@ done inside the nodes' namespaces."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -179,3 +180,25 @@ def test_controller_killed_at_a_step_is_settled_by_reconcile(clean_lab: Lab, tmp
     assert out.returncode == 0, out.stderr
     assert "found 1 unfinished" in out.stdout and "did: migration" in out.stdout
     assert_exactly_once(lab, db, before)
+
+
+def test_a_node_that_cannot_be_observed_is_held_and_the_rest_planned(clean_lab: Lab, tmp_path: Path) -> None:
+    """Observation degrades per node: a partitioned node is held (nothing planned onto, off or to
+    switch it), the others are planned as usual, and nothing fails the whole epoch."""
+    lab = clean_lab
+    for i in (1, 2):
+        lab.exec(f"node-{i}", ["docker", "run", "-d", "--name", f"app-{i}", "--network", "none", "--label",
+                               "peakpack.cpu=0.2", "--label", "peakpack.memory_mb=32", IMAGE, "sleep", "3600"])
+    lab.fault("node-3", Fault.PARTITION)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--inventory", str(lab.inventory_path),
+                               "--json", "--time-limit", "2", "--db", f"sqlite:///{tmp_path / 'pp.db'}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+    finally:
+        lab.fault("node-3", Fault.HEAL)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert "node-3" in plan["held"] and "not observed" in plan["held"]["node-3"]
+    touched = {a.get("node") for a in plan["actions"]} | {a.get("target") for a in plan["actions"]}
+    assert "node-3" not in touched
+    assert [a["kind"] for a in plan["actions"]] == ["migrate", "power_off"]  # node-1 and node-2 still consolidate
