@@ -59,5 +59,5 @@ async def rsync(ssh: SshPool, source: str, path: str, target: NodeSpec, dest: st
 
 
 async def stream_image(ssh: SshPool, source: str, image: str, target: NodeSpec, *, timeout: float = 1800.0) -> None:
-    """Copy an image (by reference, so its tags come along) from the source's engine to the target's."""
+    """Copy an image (by ID or name) from the source's engine straight into the target's."""
     await ssh.run(source, ["bash", "-c", IMAGE_SCRIPT, "image", image, login(target)], timeout=timeout)

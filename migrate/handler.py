@@ -270,31 +270,34 @@ class Migration:
                                      "or choose another node")
 
     async def _ensure_image(self) -> None:
-        """The target must have the very image the source runs (same ID): pull it by digest when
-        the target reaches a registry, else stream it from the source's engine."""
+        """The target must hold the very image the source runs (same ID) under the name the
+        container was created with: pulled by digest when the target reaches a registry, else
+        streamed by ID from the source's engine (the source's tag may point elsewhere by now, e.g.
+        after another migration brought a different build of the same name), then tagged."""
         ref, want = self.src["Config"]["Image"], self.src["Image"]
 
-        async def target_id() -> str | None:
-            got = await self.engines.call_or_none(self.target, lambda api: api.inspect_image(ref))
+        async def image_id(name: str) -> str | None:
+            got = await self.engines.call_or_none(self.target, lambda api: api.inspect_image(name))
             return None if got is None else str(got["Id"])
 
-        if await target_id() == want:
-            return
-        digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests") or []
-        for digest in digests:
+        if await image_id(want) is None:
+            digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
+            for digest in digests or ():
+                try:
+                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                    break
+                except (EngineAPIError, PeakpackError):
+                    continue
+        if await image_id(want) is None:
             try:
-                await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
-                await self.engines.call(self.target, lambda api, d=digest: api.tag(d, ref))
-                break
-            except (EngineAPIError, PeakpackError):
-                continue
-        if await target_id() != want:
-            try:
-                await stream_image(self.ssh, self.source, ref, self._spec(self.target))
+                await stream_image(self.ssh, self.source, want, self._spec(self.target))
             except PeakpackError as exc:
                 raise MigrationError(f"--to: {self.target} lacks image {ref} and it could not be brought from "
                                      f"{self.source} ({_one_line(exc)}); load it there first") from None
-        if await target_id() != want:
+        tag = spec.repository_tag(ref)
+        if tag is not None and await image_id(ref) != want:
+            await self.engines.call(self.target, lambda api: api.tag(want, tag[0], tag[1], force=True))
+        if await image_id(ref) != want:
             raise MigrationError(f"--to: image {ref} on {self.target} is not the one {self.container} runs "
                                  f"({want[:19]}); load the same image there")
 

@@ -70,6 +70,17 @@ def user_networks(d: Inspect) -> list[str]:
     return sorted(n for n in (d["NetworkSettings"].get("Networks") or {}) if n not in BUILTIN_NETWORKS)
 
 
+def repository_tag(ref: str) -> tuple[str, str] | None:
+    """'registry:5000/app:1.2' -> ('registry:5000/app', '1.2'); 'app' -> ('app', 'latest'); None for
+    an image ID or a digest reference, which name one image already and take no tag."""
+    if ref.startswith("sha256:") or "@" in ref:
+        return None
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:
+        return ref, "latest"
+    return name, tag
+
+
 def why_immovable(d: Inspect) -> str | None:
     """Why this container cannot be live-migrated on its own, or None if it can."""
     lab = labels(d)

@@ -170,3 +170,22 @@ def test_bad_requests_change_nothing(clean_lab: Lab, tmp_path: Path) -> None:
     assert sh(lab, "node-1", "docker", "ps", "-q", "--filter", "name=^web$").strip()
     assert sh(lab, "node-2", "docker", "ps", "-a", "--format", "{{.Names}}").split() == ["squatter"]
     assert "appdata" not in sh(lab, "node-2", "docker", "volume", "ls", "-q").split()
+
+
+def test_the_exact_image_follows_even_when_its_name_moved_on(clean_lab: Lab, tmp_path: Path) -> None:
+    """The source's tag may name another build by now (a rebuild, or an image an earlier migration
+    brought): the target gets the image the container runs, by ID, under the container's name."""
+    lab = clean_lab
+    sh(lab, "node-1", "docker", "run", "-d", "--name", "old", "--network", "none", IMAGE, "sleep", "3600")
+    runs = inspect(lab, "node-1", "old")["Image"]
+    sh(lab, "node-1", "docker", "run", "--name", "rebuild", IMAGE, "touch", "/rebuilt")
+    sh(lab, "node-1", "docker", "commit", "rebuild", IMAGE)  # the name now points to a new build
+    try:
+        assert inspect(lab, "node-1", IMAGE)["Id"] != runs
+        proc = peakpack("migrate", "old", "--to", "node-2", "--inventory", str(lab.inventory_path), "--json",
+                        db=tmp_path / "pp.db")
+        assert proc.returncode == 0, proc.stderr
+        moved = inspect(lab, "node-2", "old")
+        assert moved["Image"] == runs and moved["Config"]["Image"] == IMAGE and moved["State"]["Running"]
+    finally:  # the lab's image name back to what every node started with
+        sh(lab, "node-1", "docker", "tag", runs, IMAGE)

@@ -107,6 +107,15 @@ def test_create_body_keeps_every_setting_but_node_local_ones() -> None:
     assert SERVICE["HostConfig"]["CpusetCpus"] == "1"  # the inspect document itself is untouched
 
 
+@pytest.mark.parametrize("ref, want", [
+    ("peakpack/busybox:lab", ("peakpack/busybox", "lab")), ("redis", ("redis", "latest")),
+    ("registry:5000/app", ("registry:5000/app", "latest")), ("registry:5000/app:1.2", ("registry:5000/app", "1.2")),
+    ("sha256:feed", None), ("app@sha256:feed", None),
+])
+def test_image_references_split_into_repository_and_tag(ref: str, want: tuple[str, str] | None) -> None:
+    assert spec.repository_tag(ref) == want
+
+
 def test_networks_compare_by_driver_and_subnet() -> None:
     a = {"Name": "appnet", "Driver": "bridge", "IPAM": {"Driver": "default", "Config": [{"Subnet": "172.30.0.0/24"}]}}
     b = copy.deepcopy(a)
