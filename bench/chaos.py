@@ -175,12 +175,14 @@ def main() -> None:
                 outcomes[last.state.value] += 1
             if hit_at:
                 recovery.append(time.monotonic() - hit_at[0])
+            killer = kind in ("power-cut", "kill-dockerd")  # these kill every container of their node
             for n in names:
                 copies = where(lab, n)
                 up = [node for node, is_up in copies.items() if is_up]
-                if n != name and not up and len(copies) == 1:
-                    # not migrating, but its node's power or dockerd was cut: docker leaves it exited
-                    lab.exec(next(iter(copies)), ["docker", "start", n], timeout=120)
+                if not up and killer and list(copies) == [side]:
+                    # its only copy sat on the node whose power or dockerd was cut, and docker left it
+                    # exited: it died with its node, as it would have without any migration
+                    lab.exec(side, ["docker", "start", n], timeout=120)
                     died_with_node += 1
                     copies = where(lab, n)
                     up = [node for node, is_up in copies.items() if is_up]
@@ -191,8 +193,7 @@ def main() -> None:
                 if up:
                     now_id = process_id(lab, up[0], n)
                     if now_id != ids[n]:
-                        cut_here = kind in ("power-cut", "kill-dockerd") and node_of.get(n) == side
-                        if n != name and cut_here or n == name and "memory state is lost" in (last.reason or ""):
+                        if killer and node_of.get(n) == side:
                             died_with_node += 1  # its node or daemon died before any checkpoint of it existed
                         else:
                             state_lost += 1
