@@ -145,6 +145,7 @@ def main() -> None:
             side = rng.choice((source, target))
             faults[kind if kind in ("none", "sigkill") else f"{kind} ({'source' if side == source else 'target'})"] += 1
             hit_at: list[float] = []
+            threads: list[threading.Thread] = []
             tried += 1
             if kind == "sigkill":
                 subprocess.run([sys.executable, "-c", KILLED, str(lab.inventory_path), db, name, source, target, step,
@@ -158,12 +159,14 @@ def main() -> None:
                             time.sleep(delay)
                             inject(lab, kind, side)
                             hit_at.append(time.monotonic())
-                        threading.Thread(target=later, daemon=True).start()
+                        threads.append(threading.Thread(target=later, daemon=True))
+                        threads[-1].start()
 
                 with RemoteShell(inv) as shell, Store.open(db) as store:
                     shell.call(Migration(shell.pool, shell.engines, store, inv, name, source, target, hook=hook,
                                          bmc_power=probe).run())
-                time.sleep(1.2)  # a fault scheduled late in the last step has landed
+                for t in threads:  # a fault scheduled late in the last step has landed before healing
+                    t.join(300)
             heal(lab)
             with RemoteShell(inv) as shell, Store.open(db) as store:
                 for _ in range(5):

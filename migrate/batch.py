@@ -102,7 +102,9 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
         else:
             checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
             settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
-            state, reason = await settler.run(checkpointed, f"the controller stopped during {m.state.value}")
+            why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
+                   else f"the controller stopped during {m.state.value}")
+            state, reason = await settler.run(checkpointed, why)
         if state is MigrationState.IN_DOUBT:
             store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
         else:
