@@ -202,3 +202,28 @@ def test_a_node_that_cannot_be_observed_is_held_and_the_rest_planned(clean_lab: 
     touched = {a.get("node") for a in plan["actions"]} | {a.get("target") for a in plan["actions"]}
     assert "node-3" not in touched
     assert [a["kind"] for a in plan["actions"]] == ["migrate", "power_off"]  # node-1 and node-2 still consolidate
+
+
+@pytest.mark.parametrize("step, settled_as, ends_on", [
+    ("precopy", MigrationState.FAILED, "node-1"),          # not frozen yet: abandoned, the source never stopped
+    ("transferring", MigrationState.SUCCEEDED, "node-2"),  # frozen: rolled forward, it is the shorter way out
+])
+def test_a_stop_request_finishes_the_step_then_settles(clean_lab: Lab, tmp_path: Path, step: str,
+                                                       settled_as: MigrationState, ends_on: str) -> None:
+    """SIGTERM's path: the step in flight finishes, the rest of the migration is rolled forward (once
+    frozen) or abandoned (before), and it ends settled with the container running once."""
+    lab, db = clean_lab, tmp_path / "pp.db"
+    before = start_victim(lab)
+    stopping: list[bool] = []
+
+    async def stop_at(now: str) -> None:
+        if now == step:
+            stopping.append(True)
+
+    inv = load_inventory(lab.inventory_path)
+    with RemoteShell(inv) as shell, Store.open(f"sqlite:///{db}") as store:
+        result = shell.call(Migration(shell.pool, shell.engines, store, inv, NAME, "node-1", "node-2", hook=stop_at,
+                                      stop_requested=lambda: bool(stopping)).run())
+    assert result.state is settled_as, result.reason
+    assert copies(lab) == {ends_on: "running"}
+    assert assert_exactly_once(lab, db, before) is settled_as
