@@ -196,10 +196,15 @@ def main() -> None:
                 if up:
                     now_id = process_id(lab, up[0], n)
                     if now_id != ids[n]:
-                        if killer and node_of.get(n) == side:
-                            died_with_node += 1  # its node or daemon died before any checkpoint of it existed
+                        # a killer fault on the node it ran on: before the migration settled that is the
+                        # node it came from; after a migration that succeeded, the node it moved to
+                        ran_on = {node_of.get(n)} | ({target} if n == name and last.state.value == "SUCCEEDED" else set())
+                        if killer and side in ran_on:
+                            died_with_node += 1
                         else:
                             state_lost += 1
+                            print(f"# state lost: {n} on {up[0]} after {kind} on {side} at {step} "
+                                  f"(migration {last.id} {last.state.value}: {last.reason})", file=sys.stderr)
                         ids[n] = now_id
                     node_of[n] = up[0]
             print(f"{k + 1:3d} {name} {source}->{target} {kind:12s} at {step:13s} +{delay:.2f}s: "
