@@ -34,7 +34,7 @@ from orchestrator.remote.engine import EngineAPIError, EnginePool
 
 from . import spec
 from .copy import rsync, stream_image
-from .settle import NO_RESTART, Facts, PowerProbe, Settler, checkpoint_name
+from .settle import NO_RESTART, Facts, PowerProbe, Settler, checkpoint_name, checkpoint_path
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
 #: real, e.g. by corrupting the transferred checkpoint); never reachable from the CLI.
@@ -49,7 +49,6 @@ TCP_OPTIONS = ("tcp-close", "tcp-established")
 
 @dataclass
 class Timings:
-    precopy_ms: float | None = None
     checkpoint_ms: float | None = None
     transfer_ms: float | None = None
     restore_ms: float | None = None
@@ -345,20 +344,18 @@ class Migration:
 
     async def precopy(self) -> str:
         """While the container runs: most of its files reach the target before the freeze."""
-        t0 = time.monotonic()
         self.t.precopy_bytes = await self._copy_all(self._copies())
         # flush what was written before the freeze, so the dump does not queue behind it
         await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
-        self.t.precopy_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.precopy_bytes} bytes"
 
     @property
     def src_checkpoint(self) -> str:
-        return f"{self.src_root}/containers/{self.src['Id']}/checkpoints/{checkpoint_name(self.mid)}"
+        return checkpoint_path(self.src_root, str(self.src["Id"]), self.mid)
 
     @property
     def dst_checkpoint(self) -> str:
-        return f"{self.dst_root}/containers/{self.target_id}/checkpoints/{checkpoint_name(self.mid)}"
+        return checkpoint_path(self.dst_root, self.target_id, self.mid)
 
     async def checkpoint(self) -> None:
         """Hold the source's restart policy at "no" (the checkpoint stops it; no engine may restart

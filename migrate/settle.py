@@ -56,6 +56,11 @@ def checkpoint_name(migration_id: int) -> str:
     return f"peakpack-{migration_id}"
 
 
+def checkpoint_path(docker_root: str, container_id: str, migration_id: int) -> str:
+    """Where docker keeps a container's checkpoint (and where `start --checkpoint` looks for it)."""
+    return f"{docker_root}/containers/{container_id}/checkpoints/{checkpoint_name(migration_id)}"
+
+
 @dataclass
 class Settler:
     """The nodes' side of one migration: observe a node, act on the decision."""
@@ -77,7 +82,7 @@ class Settler:
 
     async def checkpoint_dir(self, node: str, container_id: str) -> str:
         info = await self.engines.call(node, lambda api: api.info())
-        return f"{info['DockerRootDir']}/containers/{container_id}/checkpoints/{self.checkpoint}"
+        return checkpoint_path(str(info["DockerRootDir"]), container_id, self.migration_id)
 
     async def side(self, node: str) -> Side:
         try:

@@ -132,14 +132,16 @@ def observe_cluster(inventory: Inventory, shell: RemoteShell | None = None,
         bmc_power = power_probe(inventory)
     own = shell is None
     shell = shell or RemoteShell(inventory)
-    async def every_node() -> list[NodeView]:
-        return await asyncio.gather(*(observe_node(shell.pool, n.name, bmc_power) for n in inventory.nodes))
-
     try:
-        views = shell.call(every_node())
+        results = shell.gather([observe_node(shell.pool, n.name, bmc_power) for n in inventory.nodes])
     finally:
         if own:
             shell.close()
+    views: list[NodeView] = []
+    for r in results:
+        if isinstance(r, BaseException):  # observe_node turns node failures into views: this is a bug
+            raise r
+        views.append(r)
     held = {v.state.name: v.unknown for v in views if v.unknown is not None}
     seen: dict[str, str] = {}
     containers = []
