@@ -183,3 +183,17 @@ class LeaseRecord(JsonRecord):
     token: int
     acquired_at: datetime
     expires_at: datetime
+
+
+class PlanStatus(StrEnum):
+    """A plan's life: made RECOMMENDED; applied (by `peakpack apply`, an approval on the web page,
+    or the controller in auto mode) through APPLYING to APPLIED, PARTIAL (some actions skipped) or
+    FAILED; or REJECTED by a person, or EXPIRED once older than the configured age."""
+
+    RECOMMENDED = "RECOMMENDED"
+    APPLYING = "APPLYING"
+    APPLIED = "APPLIED"
+    PARTIAL = "PARTIAL"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"

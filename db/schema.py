@@ -48,6 +48,19 @@ class PlanRow(Base):
     after_json: Mapped[str] = mapped_column(Text)
     snapshot_json: Mapped[str] = mapped_column(Text)
     notes: Mapped[str] = mapped_column(Text, default="")
+    #: records.PlanStatus: RECOMMENDED until a person (or the auto controller) applies it
+    status: Mapped[str] = mapped_column(String(20), index=True, default="RECOMMENDED")
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: sha256 of the inventory's canonical form: `apply` refuses a plan made for another one
+    inventory_digest: Mapped[str | None] = mapped_column(String(64))
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: the effective planner settings the plan was made with (JSON)
+    settings_json: Mapped[str | None] = mapped_column(Text)
+    #: predicted energy saved and frozen time, in total (JSON); actions carry their own part
+    prediction_json: Mapped[str | None] = mapped_column(Text)
+    #: one line per container: why it moves or why not (JSON object container -> line)
+    explanations_json: Mapped[str | None] = mapped_column(Text)
 
 
 class ActionRow(Base):
@@ -65,6 +78,8 @@ class ActionRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: predicted energy saved and frozen time of this action (JSON)
+    prediction_json: Mapped[str | None] = mapped_column(Text)
 
 
 class MigrationRow(Base):
@@ -139,6 +154,9 @@ class EnergySampleRow(Base):
     energy_uj: Mapped[int | None] = mapped_column(BigInteger)
     max_energy_range_uj: Mapped[int | None] = mapped_column(BigInteger)
     power_w: Mapped[float | None] = mapped_column(Float)
+    #: the node's /proc/sys/kernel/random/boot_id when sampled: a counter that goes down between
+    #: two samples with different boot ids was reset by a reboot, not wrapped
+    boot_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class EnergyRowDb(Base):
@@ -151,6 +169,28 @@ class EnergyRowDb(Base):
     energy_j: Mapped[float] = mapped_column(Float)
     source: Mapped[str] = mapped_column(String(10))
     plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
+    #: node rows only (Kepler's split): the part drawn at the curve's idle power, and the part of
+    #: the active energy no container's CPU time accounts for
+    idle_j: Mapped[float | None] = mapped_column(Float)
+    residual_j: Mapped[float | None] = mapped_column(Float)
+
+
+class ContainerDemandRow(Base):
+    """One container's demand over one epoch, as observed: CPU in cores from the cgroup's CPU-time
+    counter delta (`cpu_time_ns` is the counter, kept for the next delta), memory in MB. The
+    planner's forecast is computed from these rows."""
+
+    __tablename__ = "container_demand"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    container: Mapped[str] = mapped_column(String(200), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    interval_s: Mapped[float | None] = mapped_column(Float)
+    cpu: Mapped[float | None] = mapped_column(Float)
+    cpu_time_ns: Mapped[int | None] = mapped_column(BigInteger)
+    memory_mb: Mapped[float] = mapped_column(Float)
+    #: where the CPU figure came from: "cgroup" (counter delta), "label", or "stats" (one sample)
+    source: Mapped[str] = mapped_column(String(10))
 
 
 class ControllerLeaseRow(Base):

@@ -54,7 +54,7 @@ def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> N
     Store.open(url).close()  # a second open finds the schema at head and changes nothing
     con = sqlite3.connect(tmp_path / "pp.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
     with Store.open(url) as s, s.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -296,3 +296,16 @@ def test_bad_urls_and_durations_are_one_line_errors(tmp_path: Path) -> None:
     assert parse_duration("1.5h") == timedelta(minutes=90)
     with pytest.raises(PeakpackError, match="--since"):
         parse_duration("yesterday", flag="--since")
+
+
+def test_revisions_build_exactly_the_declared_schema(store: Store) -> None:
+    """Alembic owns the schema: after upgrading to head, autogenerate finds nothing to add,
+    drop or change, so a column declared in db/schema.py without a revision fails here."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from db.schema import Base
+
+    with store.engine.connect() as c:
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
+    assert diff == []
