@@ -75,6 +75,15 @@ class PlanRecord(JsonRecord):
     before: dict[str, Any]
     after: dict[str, Any]
     solver: dict[str, Any]
+    #: review then apply: where the plan is in its life, until when it may be applied, the
+    #: inventory it was made for, and who applied or rejected it
+    status: PlanStatus
+    expires_at: datetime | None = None
+    inventory_digest: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    #: predicted energy saved and frozen time, in total (orchestrator.predict); None: not predicted
+    prediction: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class ActionRecord(JsonRecord):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    prediction: dict[str, Any] | None = None  # this action's part of the plan's prediction
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class EnergySample:
     power_w: float | None = None
     zone: str = ""                       # RAPL zone (intel-rapl:0, ...): each wraps on its own
     max_energy_range_uj: int | None = None
+    boot_id: str | None = None           # the node's boot id: a change means its counters restarted
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,10 @@ class EnergyRow:
     source: str  # rapl, dcmi, model
     container: str | None = None
     plan_id: int | None = None
+    #: node rows (Kepler's split): energy at the curve's idle power, and active energy that no
+    #: container's CPU time accounts for; None where not split (container rows, old rows)
+    idle_j: float | None = None
+    residual_j: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -169,10 +184,35 @@ class EnergyRow:
             "end": iso(self.end),
             "energy_j": self.energy_j,
             "source": self.source,
+            "measured": self.source in MEASURED_SOURCES,
         }
         if self.container is not None:
             d["container"] = self.container
+        if self.idle_j is not None:
+            d["idle_j"] = self.idle_j
+        if self.residual_j is not None:
+            d["residual_j"] = self.residual_j
         return d
+
+
+#: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power curve
+MEASURED_SOURCES = frozenset({"rapl", "dcmi"})
+
+
+@dataclass(frozen=True)
+class DemandRecord(JsonRecord):
+    """One container's demand over the interval ending at `at` (table container_demand): `cpu` in
+    cores from its cgroup CPU-time counter delta (source "cgroup"), or from a one-second sample
+    when there is no earlier counter to subtract (source "stats"); None when neither is known."""
+
+    at: datetime
+    container: str
+    node: str
+    interval_s: float | None
+    cpu: float | None
+    cpu_time_ns: int | None
+    memory_mb: float
+    source: str
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, func, or_, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import PeakpackError, StoreError
@@ -32,17 +32,20 @@ from .records import (
     TERMINAL_MIGRATION_STATES,
     ActionRecord,
     ActionState,
+    DemandRecord,
     EnergyRow,
     EnergySample,
     LeaseRecord,
     MigrationRecord,
     MigrationState,
     PlanRecord,
+    PlanStatus,
     PowerEventRecord,
     StepRecord,
 )
 from .schema import (
     ActionRow,
+    ContainerDemandRow,
     ControllerLeaseRow,
     EnergyRowDb,
     EnergySampleRow,
@@ -123,9 +126,34 @@ def _engine(url: str) -> Engine:
                          "install peakpack[postgres]") from None
 
 
+def _head_revision() -> str:
+    """The newest revision of db/migrations, read from the scripts without importing alembic
+    (the revision no other one names as its down_revision)."""
+    revisions: dict[str, str | None] = {}
+    for script in Path(__file__).with_name("migrations").joinpath("versions").glob("*.py"):
+        found = dict(re.findall(r"^(revision|down_revision)\s*=\s*['\"]?(\w+)['\"]?", script.read_text(), re.M))
+        revisions[found["revision"]] = None if found.get("down_revision") == "None" else found.get("down_revision")
+    heads = set(revisions) - set(revisions.values())
+    if len(heads) != 1:
+        raise StoreError(f"db/migrations: {len(heads)} heads ({sorted(heads)}); merge them into one")
+    return heads.pop()
+
+
+def _at_head(engine: Engine) -> bool:
+    """Whether the database is already at the newest revision: then opening it skips alembic
+    (half a second of imports on every CLI command)."""
+    try:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == _head_revision()
+    except (OperationalError, ProgrammingError):  # no version table yet (postgres: Programming)
+        return False
+
+
 def _upgrade(engine: Engine) -> None:
     """Bring the schema to head, one process at a time: two controllers started together on a
     new database would otherwise both create the tables, and one would fail."""
+    if _at_head(engine):
+        return
     from alembic import command
     from alembic.config import Config
 
@@ -214,8 +242,12 @@ class Store:
 
     # -- plans and the action journal -------------------------------------------------------
 
-    def save_plan(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot) -> int:
-        """The plan and every action (PENDING) in one transaction, before anything runs."""
+    def save_plan(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot, *,
+                  status: PlanStatus = PlanStatus.RECOMMENDED, expires_at: datetime | None = None,
+                  inventory_digest: str | None = None, prediction: dict[str, Any] | None = None,
+                  action_predictions: Sequence[dict[str, Any] | None] = ()) -> int:
+        """The plan and every action (PENDING) in one transaction, before anything runs.
+        `action_predictions[i]` is action i's part of `prediction` (orchestrator.predict)."""
         t = now()
         with self._write() as s:
             row = PlanRow(
@@ -232,22 +264,39 @@ class Store:
                 after_json=json.dumps(plan.after.to_json()),
                 snapshot_json=json.dumps(snapshot.to_json()),
                 notes="\n".join(plan.notes),
+                status=PlanStatus(status).value,
+                expires_at=expires_at,
+                inventory_digest=inventory_digest,
+                prediction_json=None if prediction is None else json.dumps(prediction),
+                explanations_json=json.dumps(dict(plan.explanations)) if plan.explanations else None,
             )
             s.add(row)
             s.flush()
-            for i, a in enumerate(plan.actions):
+            predicted = list(action_predictions) or [None] * len(plan.actions)
+            for i, (a, p) in enumerate(zip(plan.actions, predicted, strict=True)):
                 s.add(ActionRow(
                     plan_id=row.id, idx=i, kind=a.kind.value, container=a.container,
                     source=a.source, target=a.target, node=a.node,
                     state=ActionState.PENDING.value, created_at=t,
+                    prediction_json=None if p is None else json.dumps(p),
                 ))
             return row.id
 
-    def list_plans(self, since: datetime | None = None) -> list[PlanRecord]:
+    def plan_explanations(self, plan_id: int) -> dict[str, str]:
+        """Container -> why the plan moves it or leaves it (orchestrator.planner.explain)."""
+        with self._tx() as s:
+            row = s.get(PlanRow, plan_id)
+            if row is None:
+                raise StoreError(f"plan {plan_id}: no such plan; see `peakpack history plans`")
+            return {} if row.explanations_json is None else json.loads(row.explanations_json)
+
+    def list_plans(self, since: datetime | None = None, status: PlanStatus | None = None) -> list[PlanRecord]:
         with self._tx() as s:
             q = select(PlanRow).order_by(PlanRow.id)
             if since is not None:
                 q = q.where(PlanRow.created_at >= since)
+            if status is not None:
+                q = q.where(PlanRow.status == PlanStatus(status).value)
             plans = s.scalars(q).all()
             counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
             ids = [p.id for p in plans]
@@ -265,9 +314,58 @@ class Store:
                     before=json.loads(p.before_json), after=json.loads(p.after_json),
                     solver={"status": p.solver_status, "seconds": p.solver_seconds,
                             "objective": p.objective, "bound": p.bound},
+                    status=PlanStatus(p.status), expires_at=p.expires_at, inventory_digest=p.inventory_digest,
+                    decided_by=p.decided_by, decided_at=p.decided_at,
+                    prediction=None if p.prediction_json is None else json.loads(p.prediction_json),
                 )
                 for p in plans
             ]
+
+    # -- review then apply ------------------------------------------------------------------
+
+    def get_plan(self, plan_id: int) -> PlanRecord:
+        """One stored plan; an unknown id is the operator's typo, said on one line."""
+        with self._tx() as s:
+            created = s.scalar(select(PlanRow.created_at).where(PlanRow.id == plan_id))
+        if created is None:
+            raise StoreError(f"PLAN_ID: no plan {plan_id} in this store; `peakpack history plans` lists them")
+        return next(p for p in self.list_plans(created) if p.plan_id == plan_id)
+
+    def set_plan_status(self, plan_id: int, to: PlanStatus, *, only_from: Sequence[PlanStatus],
+                        decided_by: str | None = None) -> bool:
+        """Move a plan to `to` only if it is in one of `only_from`, in one conditional UPDATE:
+        of two concurrent appliers exactly one sees True. `decided_by` records who decided."""
+        values: dict[str, Any] = {"status": PlanStatus(to).value}
+        if decided_by is not None:
+            values.update(decided_by=decided_by, decided_at=now())
+        q = (update(PlanRow).where(PlanRow.id == plan_id, PlanRow.status.in_([PlanStatus(f).value for f in only_from]))
+             .values(**values))
+        with self._write() as s:
+            return s.execute(q).rowcount == 1
+
+    def expire_plans(self, at: datetime | None = None) -> int:
+        """RECOMMENDED plans past their `expires_at` become EXPIRED; how many did."""
+        q = (update(PlanRow).where(PlanRow.status == PlanStatus.RECOMMENDED.value,
+                                   PlanRow.expires_at.is_not(None), PlanRow.expires_at <= (at or now()))
+             .values(status=PlanStatus.EXPIRED.value))
+        with self._write() as s:
+            return s.execute(q).rowcount
+
+    def frozen_history(self, limit: int = 200) -> list[tuple[float, float]]:
+        """(memory MB, frozen ms) of the newest SUCCEEDED migrations that a plan journaled: the
+        container's memory as its plan's snapshot saw it, the frame a prediction starts from."""
+        q = (select(MigrationRow.container, MigrationRow.frozen_ms, ActionRow.plan_id)
+             .join(ActionRow, ActionRow.id == MigrationRow.action_id)
+             .where(MigrationRow.state == MigrationState.SUCCEEDED.value, MigrationRow.frozen_ms.is_not(None))
+             .order_by(MigrationRow.id.desc()).limit(limit))
+        with self._tx() as s:
+            rows = s.execute(q).all()
+            memory: dict[int, dict[str, float]] = {}
+            for plan_id in {r.plan_id for r in rows}:
+                snap = json.loads(s.scalar(select(PlanRow.snapshot_json).where(PlanRow.id == plan_id)) or "{}")
+                memory[plan_id] = {c["name"]: float(c["memory_mb"]) for c in snap.get("containers", [])}
+        return [(memory[r.plan_id][r.container], float(r.frozen_ms)) for r in rows
+                if r.container in memory[r.plan_id]]
 
     def plan_snapshot(self, plan_id: int) -> dict[str, Any]:
         with self._tx() as s:
@@ -275,6 +373,15 @@ class Store:
             if row is None:
                 raise StoreError(f"plan {plan_id}: no such plan in this store")
             return json.loads(row.snapshot_json)
+
+    def plan_cpus(self, since: datetime | None = None) -> list[tuple[int, datetime, dict[str, float]]]:
+        """Per plan: when it was made and the CPU its snapshot gave each container (the forecast)."""
+        q = select(PlanRow.id, PlanRow.created_at, PlanRow.snapshot_json).order_by(PlanRow.id)
+        if since is not None:
+            q = q.where(PlanRow.created_at >= since)
+        with self._tx() as s:
+            return [(i, t, {c["name"]: c["cpu"] for c in json.loads(snap).get("containers", [])})
+                    for i, t, snap in s.execute(q)]
 
     def plan_action_ids(self, plan_id: int) -> list[int]:
         with self._tx() as s:
@@ -370,6 +477,15 @@ class Store:
         with self._tx() as s:
             return [_migration(r) for r in s.scalars(q)]
 
+    def moved_since(self, since: datetime) -> dict[str, datetime]:
+        """Containers whose migration succeeded at or after `since` -> the latest such time: the
+        planner's hysteresis keeps them where they are."""
+        q = (select(MigrationRow.container, func.max(MigrationRow.finished_at))
+             .where(MigrationRow.state == MigrationState.SUCCEEDED.value, MigrationRow.finished_at >= since)
+             .group_by(MigrationRow.container))
+        with self._tx() as s:
+            return {c: at for c, at in s.execute(q)}
+
     def migration_steps(self, migration_id: int) -> list[StepRecord]:
         q = select(MigrationStepRow).where(MigrationStepRow.migration_id == migration_id).order_by(MigrationStepRow.id)
         with self._tx() as s:
@@ -422,6 +538,26 @@ class Store:
                 for r in s.scalars(q)
             ]
 
+    def woken_since(self, since: datetime) -> dict[str, datetime]:
+        """Nodes switched on successfully at or after `since` -> when: the power rules' grace."""
+        q = (select(PowerEventRow.node, func.max(PowerEventRow.finished_at))
+             .where(PowerEventRow.action == ActionKind.POWER_ON.value, PowerEventRow.state == "SUCCEEDED",
+                    PowerEventRow.finished_at >= since)
+             .group_by(PowerEventRow.node))
+        with self._tx() as s:
+            return {n: at for n, at in s.execute(q)}
+
+    def disruption_since(self, since: datetime) -> tuple[int, int]:
+        """Migrations started and power-offs attempted (not failed) since `since`: what the
+        disruption budgets (orchestrator/budgets.py) count."""
+        with self._tx() as s:
+            migrations = s.scalar(select(func.count()).select_from(MigrationRow)
+                                  .where(MigrationRow.started_at >= since)) or 0
+            offs = s.scalar(select(func.count()).select_from(PowerEventRow).where(
+                PowerEventRow.at >= since, PowerEventRow.action == "power_off",
+                PowerEventRow.state != "FAILED")) or 0
+        return int(migrations), int(offs)
+
     def _node_status(self, s: Session, node: str) -> NodeStatusRow:
         row = s.get(NodeStatusRow, node)
         if row is None:
@@ -458,7 +594,8 @@ class Store:
     def add_energy_samples(self, samples: Sequence[EnergySample]) -> None:
         with self._write() as s:
             s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, zone=x.zone, energy_uj=x.energy_uj,
-                                      max_energy_range_uj=x.max_energy_range_uj, power_w=x.power_w)
+                                      max_energy_range_uj=x.max_energy_range_uj, power_w=x.power_w,
+                                      boot_id=x.boot_id)
                       for x in samples)
 
     def energy_samples(self, node: str, source: str, since: datetime | None = None) -> list[EnergySample]:
@@ -468,7 +605,7 @@ class Store:
             q = q.where(EnergySampleRow.at >= since)
         with self._tx() as s:
             return [EnergySample(node=r.node, at=r.at, source=r.source, energy_uj=r.energy_uj, power_w=r.power_w,
-                                 zone=r.zone, max_energy_range_uj=r.max_energy_range_uj)
+                                 zone=r.zone, max_energy_range_uj=r.max_energy_range_uj, boot_id=r.boot_id)
                     for r in s.scalars(q)]
 
     def add_energy(self, rows: Sequence[EnergyRow]) -> None:
@@ -477,33 +614,89 @@ class Store:
                 raise ValueError(f"energy row for {r.node} is negative or ends before it starts: {r}")
         with self._write() as s:
             s.add_all(EnergyRowDb(node=r.node, container=r.container, start=r.start, end=r.end,
-                                  energy_j=r.energy_j, source=r.source, plan_id=r.plan_id) for r in rows)
+                                  energy_j=r.energy_j, source=r.source, plan_id=r.plan_id, idle_j=r.idle_j,
+                                  residual_j=r.residual_j) for r in rows)
 
     def list_energy(self, since: datetime | None = None, by: str | None = None) -> list[EnergyRow]:
-        """Node intervals (by=None), totals per node, or totals per container."""
-        q = select(EnergyRowDb).order_by(EnergyRowDb.start, EnergyRowDb.id)
-        if since is not None:
-            q = q.where(EnergyRowDb.start >= since)
-        q = q.where(EnergyRowDb.container.is_not(None) if by == "container" else EnergyRowDb.container.is_(None))
-        with self._tx() as s:
-            rows = [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
-                              container=r.container, plan_id=r.plan_id) for r in s.scalars(q)]
+        """Node intervals (by=None), totals per node, or totals per container; a total never
+        mixes sources (measured and modelled energy are summed apart)."""
+        rows = self._energy_rows(since, containers=by == "container")
         if by is None:
             return rows
         if by not in ("node", "container"):
             raise PeakpackError(f"--by: {by!r} is not node or container")
-        groups: dict[tuple[str, str | None], list[EnergyRow]] = defaultdict(list)
+        groups: dict[tuple[str, str | None, str], list[EnergyRow]] = defaultdict(list)
         for r in rows:
-            groups[(r.node, r.container)].append(r)
+            groups[(r.node, r.container, r.source)].append(r)
+
+        def total(g: list[EnergyRow], part: str) -> float | None:
+            parts = [getattr(r, part) for r in g if getattr(r, part) is not None]
+            return sum(parts) if parts else None
+
         return [
             EnergyRow(
                 node=node, container=container,
                 start=min(r.start for r in g), end=max(r.end for r in g),
-                energy_j=sum(r.energy_j for r in g),
-                source="+".join(sorted({r.source for r in g})),
+                energy_j=sum(r.energy_j for r in g), source=source,
+                idle_j=total(g, "idle_j"), residual_j=total(g, "residual_j"),
             )
-            for (node, container), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+            for (node, container, source), g in sorted(groups.items(),
+                                                       key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2]))
         ]
+
+    # -- container demand -----------------------------------------------------------------------
+
+    def add_demand(self, rows: Sequence[DemandRecord]) -> None:
+        with self._write() as s:
+            s.add_all(ContainerDemandRow(at=r.at, container=r.container, node=r.node, interval_s=r.interval_s,
+                                         cpu=r.cpu, cpu_time_ns=r.cpu_time_ns, memory_mb=r.memory_mb,
+                                         source=r.source) for r in rows)
+
+    def demand_history(self, container: str | None = None, since: datetime | None = None) -> list[DemandRecord]:
+        """Demand rows oldest first, of one container or all."""
+        q = select(ContainerDemandRow).order_by(ContainerDemandRow.at, ContainerDemandRow.id)
+        if container is not None:
+            q = q.where(ContainerDemandRow.container == container)
+        if since is not None:
+            q = q.where(ContainerDemandRow.at >= since)
+        with self._tx() as s:
+            return [DemandRecord(at=r.at, container=r.container, node=r.node, interval_s=r.interval_s, cpu=r.cpu,
+                                 cpu_time_ns=r.cpu_time_ns, memory_mb=r.memory_mb, source=r.source)
+                    for r in s.scalars(q)]
+
+    def latest_demand(self) -> dict[str, DemandRecord]:
+        """Each container's newest demand row: the counter the next one is a delta against."""
+        C = ContainerDemandRow
+        newest = select(C.container, func.max(C.id).label("id")).group_by(C.container).subquery()
+        q = select(C).join(newest, C.id == newest.c.id)
+        with self._tx() as s:
+            return {r.container: DemandRecord(at=r.at, container=r.container, node=r.node, interval_s=r.interval_s,
+                                              cpu=r.cpu, cpu_time_ns=r.cpu_time_ns, memory_mb=r.memory_mb,
+                                              source=r.source)
+                    for r in s.scalars(q)}
+
+    def _energy_rows(self, since: datetime | None, *, containers: bool) -> list[EnergyRow]:
+        """Energy intervals in time order: the nodes' own, or those attributed to containers."""
+        q = select(EnergyRowDb).order_by(EnergyRowDb.start, EnergyRowDb.id)
+        if since is not None:
+            q = q.where(EnergyRowDb.start >= since)
+        q = q.where(EnergyRowDb.container.is_not(None) if containers else EnergyRowDb.container.is_(None))
+        with self._tx() as s:
+            return [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
+                              container=r.container, plan_id=r.plan_id, idle_j=r.idle_j, residual_j=r.residual_j)
+                    for r in s.scalars(q)]
+
+    # -- the web page's reads --------------------------------------------------------------------
+
+    def recent_plans(self, limit: int) -> list[PlanRecord]:
+        """The `limit` newest plans, oldest first: the page shows the recent ones, not a week's."""
+        with self._tx() as s:
+            oldest = s.scalar(select(PlanRow.created_at).order_by(PlanRow.id.desc()).offset(limit - 1).limit(1))
+        return self.list_plans(oldest)
+
+    def container_energy(self, since: datetime | None = None) -> list[EnergyRow]:
+        """Energy intervals attributed to containers, in time order (`list_energy` sums them)."""
+        return self._energy_rows(since, containers=True)
 
     # -- the controller lease -------------------------------------------------------------------
 
@@ -573,6 +766,7 @@ def _action(r: ActionRow) -> ActionRecord:
         id=r.id, plan_id=r.plan_id, index=r.idx, kind=r.kind, container=r.container, source=r.source,
         target=r.target, node=r.node, state=ActionState(r.state), detail=r.detail, created_at=r.created_at,
         started_at=r.started_at, finished_at=r.finished_at,
+        prediction=None if r.prediction_json is None else json.loads(r.prediction_json),
     )
 
 

@@ -100,8 +100,8 @@ class RaplZone:
         dt = now - self.last_t
         busy_s = max(0, cpu - self.last_cpu_ns) / 1e9
         self.last_t, self.last_cpu_ns = now, cpu
-        if not powered(self.node) or dt <= 0:
-            return
+        if not powered(self.node) or dt <= 0 or self.node.rapl_hidden.exists():
+            return  # off, or a node without a counter (`Lab.rapl_counter`): the counter stands still
         util = min(1.0, busy_s / (dt * self.cpus))
         watts = self.idle_w + (self.max_w - self.idle_w) * util
         self.energy_uj = (self.energy_uj + int(watts * dt * 1e6)) % MAX_ENERGY_RANGE_UJ

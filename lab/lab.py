@@ -166,6 +166,8 @@ class Lab:
                 "DOCKER_HOST": f"unix://{n.docker_sock}",
                 "NODE_NAME": n.name,
                 "PEAKPACK_POWERCAP_ROOT": str(n.powercap),
+                # the node's busy CPU time is its own cgroup's, not the host's /proc/stat
+                "PEAKPACK_NODE_CPU_USAGE": str(CGROUP_ROOT / "cpuacct" / n.cgroup / "cpuacct.usage"),
                 "PEAKPACK_PEER_IDENTITY": str(lab.keys / "peer_ed25519"),
                 "PEAKPACK_PEER_KNOWN_HOSTS": str(lab.keys / "known_hosts"),
                 "PATH": DAEMON_PATH,
@@ -277,10 +279,22 @@ class Lab:
             raise LabError(f"fault: {fault!r} is not one of {', '.join(f.value for f in Fault)}") from None
         return inject(self._node(node), fault)
 
+    def rapl_counter(self, node: str, present: bool) -> None:
+        """Give a node its RAPL counter back, or take it away (a node without an energy counter:
+        peakpack must fall back to DCMI or the power curve and say so). The zone is moved aside
+        whole, so the counter keeps its value for when it comes back."""
+        n = self._node(node)
+        if present and n.rapl_hidden.exists():
+            os.replace(n.rapl_hidden, n.rapl_zone)  # back first: the daemon counts again only after
+        elif not present and not n.rapl_hidden.exists():
+            os.replace(n.rapl_zone, n.rapl_hidden)
+
     def clear_faults(self) -> None:
-        """Undo every fault on every node: links up, disks freed, dockerd running on powered nodes."""
+        """Undo every fault on every node: links up, disks freed, dockerd running on powered nodes,
+        RAPL counters present."""
         for n in self.layout.nodes:
             heal(n)
+            self.rapl_counter(n.name, True)
             free_disk(n)
             if powered(n):
                 start_dockerd(n)

@@ -50,6 +50,11 @@ class NodeLayout:
         return self.powercap / "intel-rapl:0"
 
     @property
+    def rapl_hidden(self) -> Path:
+        """Where `Lab.rapl_counter(node, False)` keeps the zone: the node then has no counter."""
+        return self.dir / "rapl-hidden"
+
+    @property
     def power_file(self) -> Path:
         """'on' or 'off': the node's power state as its BMC reports it."""
         return self.dir / "power"

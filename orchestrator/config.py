@@ -18,9 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import budgets
 from .errors import InventoryError, SnapshotError
+from .settings import ForecastSettings, PlannerSettings
 from .model import (
     BmcConfig,
     ClusterConfig,
@@ -32,8 +34,9 @@ from .model import (
     NodeSpec,
     NodeState,
     PowerCurve,
-    PowerPolicyConfig,
+    ReviewConfig,
     SshConfig,
+    WebConfig,
 )
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -48,19 +51,53 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Share = Annotated[float, Field(gt=0, le=1)]
+
+
 class _Cluster(_Strict):
     name: Name
-    cap: Annotated[float, Field(gt=0, le=1)] = 0.70
-    memory_cap: Annotated[float, Field(gt=0, le=1)] = 0.95
+    cap: Share | None = None          # also `[planner].cap`; default: PlannerSettings
+    memory_cap: Share | None = None
     epoch_seconds: Annotated[int, Field(gt=0)] = 600
 
 
 class _PowerPolicy(_Strict):
-    grace_seconds: Annotated[float, Field(ge=0)] = 600.0
-    spare_nodes: Annotated[int, Field(ge=0)] = 0
-    boot_seconds: Annotated[float, Field(ge=0)] = 180.0
+    """`[power_policy]`, kept so older inventories load: the same keys as in `[planner]`."""
+
+    grace_seconds: Annotated[float, Field(ge=0)] | None = None
+    spare_nodes: Annotated[int, Field(ge=0)] | None = None
+    boot_seconds: Annotated[float, Field(ge=0)] | None = None
     boot_power_w: Annotated[float, Field(ge=0)] | None = None
-    wake_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    wake_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+
+
+class _Forecast(_Strict):
+    """`[planner.forecast]`: see settings.ForecastSettings (unset keys keep its defaults)."""
+
+    window_seconds: Annotated[float, Field(gt=0)] | None = None
+    quantile: Annotated[float, Field(ge=0, le=1)] | None = None
+    k_std: Annotated[float, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> "_Forecast":
+        if self.quantile is not None and self.k_std:
+            raise ValueError("give quantile or k_std (mean + k_std x std), not both")
+        return self
+
+
+class _Planner(_PowerPolicy):
+    """`[planner]`: see settings.PlannerSettings (unset keys keep its defaults)."""
+
+    cap: Share | None = None
+    memory_cap: Share | None = None
+    migration_j: Annotated[float, Field(ge=0)] | None = None
+    migration_j_per_gb: Annotated[float, Field(ge=0)] | None = None
+    off_epochs: Annotated[float, Field(ge=1)] | None = None
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    workers: Annotated[int, Field(ge=1)] | None = None
+    relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None
+    hysteresis: bool | None = None
+    forecast: _Forecast = _Forecast()
 
 
 class _Power(_Strict):
@@ -117,10 +154,71 @@ class _Node(_Strict):
     bmc: _Bmc | None = None
 
 
+class _Web(_Strict):
+    token_file: str
+
+
+class _Review(_Strict):
+    plan_ttl_seconds: Annotated[float, Field(gt=0)] = 3600.0
+
+
+class _Budgets(_Strict):
+    """`[budgets]`: see orchestrator/budgets.py."""
+
+    migrations_per_epoch: Annotated[int, Field(ge=0)] | None = None
+    migrations_per_hour: Annotated[int, Field(ge=0)] | None = None
+    migrations_per_node: Annotated[int, Field(ge=1)] = 1
+    power_offs_per_hour: Annotated[int, Field(ge=0)] | None = None
+
+
+class _Window(_Strict):
+    """`[[windows]]`: see orchestrator/budgets.py."""
+
+    days: str
+    start: str
+    end: str
+    what: Literal["no-migrations", "no-power-offs"]
+    timezone: str = "UTC"
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, v: str) -> str:
+        budgets.parse_days(v)
+        return v
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, v: str) -> str:
+        budgets.parse_clock(v)
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        return budgets.check_timezone(v)
+
+    @field_validator("end")
+    @classmethod
+    def _not_empty(cls, v: str, info: Any) -> str:
+        if info.data.get("start") == v:
+            raise ValueError(f"{v!r} equals start; give a different end (before start: past midnight)")
+        return v
+
+    def window(self) -> budgets.Window:
+        return budgets.Window(budgets.parse_days(self.days), budgets.parse_clock(self.start),
+                              budgets.parse_clock(self.end), budgets.WindowRule(self.what),
+                              self.timezone)
+
+
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
     power_policy: _PowerPolicy = _PowerPolicy()
+    planner: _Planner = _Planner()
+    budgets: _Budgets = _Budgets()
+    windows: list[_Window] = []
+    web: _Web | None = None
+    review: _Review = _Review()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -177,13 +275,13 @@ def _existing_file(field: str, base: Path, value: str) -> Path:
     return path
 
 
-def _secret_file(field: str, base: Path, value: str) -> Path:
+def _secret_file(field: str, base: Path, value: str, what: str = "the BMC password") -> Path:
     path = _existing_file(field, base, value)
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InventoryError(f"{field}: {path} is readable by group/others; run chmod 600 {path}")
     if not path.read_text().strip():
-        raise InventoryError(f"{field}: {path} is empty; write the BMC password into it")
+        raise InventoryError(f"{field}: {path} is empty; write {what} into it")
     return path
 
 
@@ -265,12 +363,54 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
         nodes = tuple(_to_node(i, n, base) for i, n in enumerate(inv.nodes))
     except InventoryError as exc:
         raise InventoryError(f"{label}: {exc}") from None
-    c = inv.cluster
-    cluster = ClusterConfig(c.name, c.cap, c.memory_cap, c.epoch_seconds)
-    pp = inv.power_policy
-    policy = PowerPolicyConfig(pp.grace_seconds, pp.spare_nodes, pp.boot_seconds, pp.boot_power_w,
-                               pp.wake_timeout_seconds)
-    return Inventory(cluster=cluster, nodes=nodes, source=source, power_policy=policy)
+    try:
+        planner, sources = _planner_settings(inv)
+    except InventoryError as exc:
+        raise InventoryError(f"{label}: {exc}") from None
+    cluster = ClusterConfig(inv.cluster.name, planner.cap, planner.memory_cap, inv.cluster.epoch_seconds)
+    web = WebConfig()
+    if inv.web is not None:
+        try:
+            web = WebConfig(_secret_file("web.token_file", base, inv.web.token_file, "the web page's token"))
+        except InventoryError as exc:
+            raise InventoryError(f"{label}: {exc}") from None
+    b = inv.budgets
+    return Inventory(cluster=cluster, nodes=nodes, source=source, planner=planner,
+                     planner_sources=sources, web=web,
+                     review=ReviewConfig(inv.review.plan_ttl_seconds),
+                     budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
+                                             b.migrations_per_node, b.power_offs_per_hour),
+                     windows=tuple(w.window() for w in inv.windows))
+
+
+#: where a `[planner]` key may also be given, for inventories written before `[planner]`
+_ALSO_AT = {"cap": "cluster", "memory_cap": "cluster", **{k: "power_policy" for k in _PowerPolicy.model_fields}}
+
+
+def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str, str], ...]]:
+    """The effective PlannerSettings and, per key, where its value came from ("default" or
+    "inventory [section].key"). A key given in `[planner]` and in its older place must agree."""
+    given: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in _Planner.model_fields:
+        if key == "forecast":
+            continue
+        value = getattr(inv.planner, key) if key in inv.planner.model_fields_set else None
+        old = _ALSO_AT.get(key)
+        old_section = getattr(inv, old) if old else None
+        old_value = getattr(old_section, key) if old_section is not None and key in old_section.model_fields_set else None
+        if value is not None and old_value is not None and value != old_value:
+            raise InventoryError(f"[planner].{key} = {value} and [{old}].{key} = {old_value} differ; "
+                                 f"keep only [planner].{key}")
+        if value is not None:
+            given[key], sources[key] = value, f"inventory [planner].{key}"
+        elif old_value is not None:
+            given[key], sources[key] = old_value, f"inventory [{old}].{key}"
+    fc = inv.planner.forecast
+    forecast = {k: getattr(fc, k) for k in fc.model_fields_set if getattr(fc, k) is not None}
+    sources.update({f"forecast.{k}": f"inventory [planner.forecast].{k}" for k in forecast})
+    settings = PlannerSettings(**given, forecast=ForecastSettings(**forecast))
+    return settings, tuple((k, sources.get(k, "default")) for k in settings.by_key())
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:

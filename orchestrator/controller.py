@@ -20,9 +20,10 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.console import Console
 
-from db.records import EnergyRow
+from db.records import EnergyRow, PlanStatus
 from db.store import FencedError, Store
 
+from .budgets import allowance_at
 from .config import demo_snapshot, load_snapshot
 from .errors import PeakpackError
 from .leadership import Lease, lease_ttl
@@ -30,14 +31,18 @@ from .plan_executor import ExecutionReport, NodeOps, PlanExecutor
 from .metrics import ControllerMetrics
 from .model import ClusterSnapshot, Inventory
 from .plan import ActionKind, Plan
+from .facts import remembered
 from .planning import hold_unsettled, make_plan
+from .apply import ApplyResult, apply_plan, expires_at, final_status, settle_orphans
+from .predict import predict
+from .review import inventory_digest
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     dry_run: bool = True
     policy: str = "peakpack"
-    time_limit_s: float = 10.0
+    time_limit_s: float | None = None  # None: the inventory's `[planner].time_limit_s`
     epoch_seconds: int = 600
     snapshot_path: Path | None = None
     demo: bool = False
@@ -45,6 +50,8 @@ class ControllerSettings:
     metrics_addr: str = "127.0.0.1"
     #: seconds a dead leader's lease keeps a standby waiting; None: `leadership.lease_ttl(epoch)`
     lease_ttl_s: float | None = None
+    #: `serve --approve`: store each epoch's plan RECOMMENDED for a person; execute nothing unasked
+    approve: bool = False
 
 
 @dataclass
@@ -80,6 +87,7 @@ class Controller:
         self.lease = Lease(store, ttl, role="serve", log=self.log)
         self.owner = self.lease.owner
         self._stop = threading.Event()
+        self._acting = threading.Lock()  # an epoch and an approved plan never run at once
         self._started = False
         self._reconciled = False
         self._metrics_served = False
@@ -103,15 +111,27 @@ class Controller:
             return demo_snapshot(self.inventory)
         if self.services is not None:
             return self.services.observe()
-        from .observe import observe_cluster
+        from .observe import observe_and_record
 
-        return observe_cluster(self.inventory)
+        return observe_and_record(self.inventory, self.store)
+
+    def forecast(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """The observed snapshot with each container's CPU replaced by its forecast from the stored
+        demand history, as the simulator plans; the stored plan's snapshot keeps these values."""
+        from .observe import forecast_from_store
+
+        planned, forecasts = forecast_from_store(self.store, snapshot, self.inventory.planner.forecast,
+                                                 self.settings.epoch_seconds)
+        if forecasts:
+            self.log("demand: " + ", ".join(f"{sum(1 for f in forecasts.values() if f.source == s)} {s}"
+                                            for s in ("forecast", "label", "observed")))
+        return planned
 
     def reconcile(self) -> None:
         """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
         start and at every epoch, so a running controller never plans around stale facts."""
         if not self.settings.dry_run and self.services is not None:
-            for line in self.services.reconcile():
+            for line in [*self.services.reconcile(), *settle_orphans(self.store)]:
                 self.log(f"reconcile: {line}")
 
     def start(self) -> None:
@@ -155,19 +175,32 @@ class Controller:
         for m in self.store.unfinished_migrations():  # listed first: the plan holds both their nodes
             self.log(f"unsettled: migration {m.id} of {m.container} ({m.source} -> {m.target}) is {m.state.value}"
                      + (f": {m.reason}" if m.reason else ""))
+        self.store.expire_plans()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
         snapshot = self.observe()
         if not self.settings.dry_run and self.services is not None:
             self._count_energy(self.services.account_energy(snapshot, None))  # closes the interval since the last epoch
+        snapshot = self.forecast(snapshot)
+        inv = self.inventory
+        allowance = allowance_at(inv.budgets, inv.windows, datetime.now(timezone.utc),
+                                 self.store.disruption_since)
         plan = make_plan(
             self.inventory,
             snapshot,
             policy=self.settings.policy,
             time_limit_s=self.settings.time_limit_s,
+            facts=remembered(self.store, self.inventory, snapshot),
             dry_run=self.settings.dry_run,
+            allowance=allowance,
         )
         if not self.settings.dry_run and self.services is not None:
             plan = self.services.adjust_plan(plan, snapshot)
-        plan_id = self.store.save_plan(plan, inventory=self.inventory.cluster.name, snapshot=snapshot)
+        auto = not (self.settings.dry_run or self.settings.approve or self.services is None)
+        prediction = predict(self.inventory, snapshot, plan, self.inventory.planner, self.store.frozen_history())
+        plan_id = self.store.save_plan(
+            plan, inventory=self.inventory.cluster.name, snapshot=snapshot,
+            status=PlanStatus.APPLYING if auto else PlanStatus.RECOMMENDED, expires_at=expires_at(self.inventory),
+            inventory_digest=inventory_digest(self.inventory), prediction=prediction.to_json(),
+            action_predictions=[a.to_json() for a in prediction.actions])
         plan = replace(plan, plan_id=plan_id)
         self.metrics.observe_plan(plan)
         self.log(
@@ -175,11 +208,16 @@ class Controller:
             f"{plan.before.power_w:.0f} W -> {plan.after.power_w:.0f} W"
             + (" (dry run)" if plan.dry_run else "")
         )
-        if self.settings.dry_run or self.services is None:
+        if not auto or self.services is None:
+            if self.settings.approve and plan.actions:
+                self.log(f"plan {plan_id} is RECOMMENDED: approve it on the web page or `peakpack plan show {plan_id}`")
             return plan
         self.lease.check()
         report = PlanExecutor(self.store, self.services.ops, self.log, self._stopping).execute(plan, plan_id)
         self._record(plan, report)
+        ids = self.store.plan_action_ids(plan_id)
+        self.store.set_plan_status(plan_id, final_status({ids.index(a): s for a, s in report.states.items()}),
+                                   only_from=[PlanStatus.APPLYING])
         self._count_energy(self.services.account_energy(self.observe(), plan_id))
         return plan
 
@@ -205,9 +243,20 @@ class Controller:
 
     # -- the service ----------------------------------------------------------------------------
 
+    def apply_stored(self, plan_id: int, *, partial: bool, decided_by: str) -> ApplyResult:
+        """Apply a RECOMMENDED plan from inside this leading controller (the web page's approve
+        button under `serve --approve`): under this process's lease, never during an epoch."""
+        if self.services is None:
+            raise PeakpackError(f"plan {plan_id}: this controller runs --dry-run; it cannot apply plans")
+        with self._acting:
+            self.lease.check()
+            return apply_plan(self.store, self.inventory, plan_id, partial=partial, decided_by=decided_by,
+                              services=self.services, take_lease=False, log=self.log)
+
     def _epoch_job(self) -> None:
         try:
-            self.run_epoch()
+            with self._acting:
+                self.run_epoch()
         except FencedError as exc:  # another controller leads: act no more, stand by again
             self.lease.lose(str(exc))
             self.log(f"epoch stopped: {exc}")

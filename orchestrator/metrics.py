@@ -14,7 +14,8 @@ class ControllerMetrics:
         self.nodes_on = Gauge("peakpack_nodes_on", "Powered nodes after the last epoch", registry=self.registry)
         self.power_w = Gauge("peakpack_power_watts", "Modelled cluster power after the last plan",
                              registry=self.registry)
-        self.energy_j = Counter("peakpack_energy_joules", "Measured node energy", ["node", "source"],
+        self.energy_j = Counter("peakpack_energy_joules", "Node energy by source: rapl and dcmi are measured, "
+                                "model is the power curve at the measured load", ["node", "source"],
                                 registry=self.registry)
         self.migrations = Counter("peakpack_migrations", "Finished migrations by final state", ["state"],
                                   registry=self.registry)

@@ -14,6 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .budgets import Budgets, Window
+from .settings import PlannerSettings
+
 
 class NodeRole(StrEnum):
     """A head node runs the controller and is never power-managed."""
@@ -108,14 +111,19 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
-class PowerPolicyConfig:
-    """When nodes may be switched off and on (inventory `[power_policy]`)."""
+class ReviewConfig:
+    """Review then apply (inventory `[review]`): a stored plan may be applied this long after it
+    was made; later the cluster has likely moved on and `peakpack apply` refuses it (EXPIRED)."""
 
-    grace_seconds: float = 600.0      # a node must have hosted nothing this long before power-off
-    spare_nodes: int = 0              # empty powered nodes kept on as spare capacity
-    boot_seconds: float = 180.0       # power-on until the node answers SSH
-    boot_power_w: float | None = None  # draw while booting; default: the node's max_w
-    wake_timeout_seconds: float = 300.0  # a node not answering after this is quarantined
+    plan_ttl_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The web page (inventory `[web]`): approving or rejecting a plan there needs the token in
+    `token_file`; without one the page is read-only."""
+
+    token_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,26 @@ class Inventory:
     cluster: ClusterConfig
     nodes: tuple[NodeSpec, ...]
     source: Path | None = None
-    power_policy: PowerPolicyConfig = field(default_factory=PowerPolicyConfig)
+    #: `[planner]` (and `[power_policy]`): the planner's settings. The CPU and memory caps have
+    #: one value: `cluster.cap`/`memory_cap`, where every capacity check reads them, and
+    #: `planner.cap`/`memory_cap` always equal them (see __post_init__)
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
+    #: (key, where its value came from: "default" or "inventory [planner].cap"), for `config show`
+    planner_sources: tuple[tuple[str, str], ...] = ()
+    web: WebConfig = field(default_factory=WebConfig)
+    review: ReviewConfig = field(default_factory=ReviewConfig)
+    budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
+    windows: tuple[Window, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Settings left at the default caps take the cluster's; caps set on both must agree."""
+        default = PlannerSettings()
+        p, c = self.planner, self.cluster
+        if p.cap == default.cap and p.memory_cap == default.memory_cap:
+            object.__setattr__(self, "planner", replace(p, cap=c.cap, memory_cap=c.memory_cap))
+        elif (p.cap, p.memory_cap) != (c.cap, c.memory_cap):
+            raise ValueError(f"planner caps {p.cap}/{p.memory_cap} differ from the cluster's "
+                             f"{c.cap}/{c.memory_cap}; set them in one place")
 
     def node(self, name: str) -> NodeSpec:
         return self.nodes_by_name[name]
@@ -310,6 +337,7 @@ __all__ = [
     "NodeState",
     "PowerCurve",
     "SshConfig",
+    "WebConfig",
     "cluster_metrics",
     "node_loads",
 ]

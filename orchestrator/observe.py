@@ -4,8 +4,9 @@ memory in use, class and group from labels), and whether it is powered at all.
 Each container is marked movable or not, with the reason, by the same rule migration preflight
 applies (`migrate.spec`), so the planner never proposes a move that preflight would refuse.
 A container's demand is what its labels declare (`peakpack.cpu` cores, `peakpack.memory_mb`) when
-present, like a request in Kubernetes, else what `docker stats` measures. A node that does not
-answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
+present, like a request in Kubernetes, else what its cgroup's counters measure over one second;
+the service then plans on the forecast from the stored demand history (`demand`). A node that does
+not answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
 held: the plan neither moves containers onto or off it nor switches it, and the rest of the
 cluster is planned (and woken) as usual."""
 
@@ -13,16 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
+from db.records import DemandRecord
+from db.store import Store
 from migrate import spec
 from orchestrator.remote import RemoteShell, SshPool
 
+from .demand import COUNTER, LABEL, SAMPLE, Forecast, cores_between, forecast_demand
 from .errors import HostKeyError, NodeError
+from .forecast import window_epochs
 from .model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
+from .settings import ForecastSettings
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
 #: a failing `docker ps` fails the node (an error is not an empty node)
@@ -32,56 +37,108 @@ INSPECT_ALL = 'ids=$(docker ps -aq) || exit 1; if [ -z "$ids" ]; then echo "[]";
 PowerProbe = Callable[[str], bool | None]
 
 
-_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGT]?i?B)\s*$", re.I)
-_UNIT = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 1024, "mib": 1024**2, "gib": 1024**3,
-         "tib": 1024**4}
+#: every running container's cgroup CPU-time counter (ns) and memory in use (bytes, page cache that
+#: can be reclaimed left out, as `docker stats` does), read twice one second apart:
+#: "# UPTIME" then "NAME CPU_NS MEM_BYTES" per container ("-" for a counter it cannot read). The
+#: cgroup comes from the container's init pid (/proc/PID/cgroup), so both cgroup drivers and
+#: both cgroup versions work: v1 cpuacct.usage, v2 cpu.stat usage_usec.
+USAGE_SCRIPT = r"""
+ids=$(docker ps -q) || exit 1
+[ -n "$ids" ] || exit 0
+list=$(docker inspect -f '{{.Name}} {{.State.Pid}}' $ids 2>/dev/null)  # one may exit meanwhile
+cg() { awk -F: -v c="$2" '$2 ~ "(^|,)" c "(,|$)" {print $3; exit}' "/proc/$1/cgroup" 2>/dev/null; }
+usage() {
+  cpu=; mem=; inactive=
+  p=$(cg "$1" cpuacct)
+  if [ -n "$p" ]; then
+    for m in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct; do
+      [ -r "$m$p/cpuacct.usage" ] && { cpu=$(cat "$m$p/cpuacct.usage"); break; }
+    done
+    d=/sys/fs/cgroup/memory$(cg "$1" memory)
+    mem=$(cat "$d/memory.usage_in_bytes" 2>/dev/null)
+    inactive=$(awk '$1=="total_inactive_file" {print $2}' "$d/memory.stat" 2>/dev/null)
+  else
+    d=/sys/fs/cgroup$(awk -F: '$1=="0" {print $3; exit}' "/proc/$1/cgroup" 2>/dev/null)
+    cpu=$(awk '$1=="usage_usec" {print $2 "000"}' "$d/cpu.stat" 2>/dev/null)
+    mem=$(cat "$d/memory.current" 2>/dev/null)
+    inactive=$(awk '$1=="inactive_file" {print $2}' "$d/memory.stat" 2>/dev/null)
+  fi
+  echo "${cpu:--} $(( ${mem:-0} - ${inactive:-0} ))"
+}
+sample() {
+  echo "# $(cut -d' ' -f1 /proc/uptime)"
+  echo "$list" | while read -r name pid; do if [ "${pid:-0}" -gt 0 ]; then echo "${name#/} $(usage "$pid")"; fi; done
+}
+sample; sleep 1; sample
+"""
 
 
-def parse_size_mb(text: str) -> float:
-    """docker stats' '12.5MiB' -> MB (MiB, as the inventory's memory_mb)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(text)
-    return float(m.group(1)) * _UNIT[m.group(2).lower()] / 1024**2
+@dataclass(frozen=True)
+class Usage:
+    """One container's cgroup counters as read now: CPU time (ns; None if unreadable), memory in
+    use, and the cores it used over the script's one-second sample (None without two readings)."""
+
+    container: str
+    node: str
+    cpu_time_ns: int | None
+    memory_mb: float
+    sample_cores: float | None
+    declared: float | None = None  # the cores its `peakpack.cpu` label declares: the planner keeps them
 
 
-def parse_stats(node: str, text: str) -> dict[str, tuple[float, float]]:
-    """`docker stats --no-stream --format '{{json .}}'` -> name: (cores, memory MB)."""
+def parse_usage(node: str, text: str) -> dict[str, Usage]:
+    """USAGE_SCRIPT's output -> name: Usage."""
+    samples: list[tuple[float, dict[str, tuple[int | None, float]]]] = []
+    try:
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            if parts[0] == "#":
+                samples.append((float(parts[1]), {}))
+                continue
+            name, cpu, mem = parts
+            samples[-1][1][name] = (None if cpu == "-" else int(cpu), max(0, int(mem)) / 1024**2)
+    except (ValueError, IndexError):
+        raise NodeError(node, f"container usage answered something unexpected: {text[:80]!r}") from None
+    if not samples:
+        return {}
+    (t0, first), (t1, last) = samples[0], samples[-1]
     result = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            d: dict[str, Any] = json.loads(line)
-            cores = float(str(d["CPUPerc"]).rstrip("%") or 0) / 100
-            mem = parse_size_mb(str(d["MemUsage"]).split("/")[0])
-            result[str(d["Name"])] = (cores, mem)
-        except (ValueError, KeyError) as exc:
-            raise NodeError(node, f"docker stats answered something unexpected ({exc!r})") from None
+    for name, (cpu, mem) in last.items():
+        before = first.get(name, (None, 0.0))[0]
+        cores = None
+        if cpu is not None and before is not None and t1 > t0 and cpu >= before:
+            cores = (cpu - before) / 1e9 / (t1 - t0)
+        result[name] = Usage(name, node, cpu, mem, cores)
     return result
 
 
-def parse_containers(node: str, inspect_json: str, stats_text: str) -> list[Container]:
+def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> tuple[list[Container], set[str]]:
+    """The running containers, and the names of those whose CPU demand a label declares."""
     try:
         items = json.loads(inspect_json)
     except ValueError:
         raise NodeError(node, "docker inspect answered something that is not JSON") from None
-    stats = parse_stats(node, stats_text)
     try:
         why_not = spec.immovable(items)
     except (KeyError, TypeError, AttributeError) as exc:
         raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
-    result = []
+    result, declared = [], set()
     for d in items:
         try:
             if not d["State"]["Running"]:
                 continue
             name = d["Name"].lstrip("/")
             labels = d["Config"].get("Labels") or {}
-            measured_cpu, measured_mem = stats.get(name, (0.0, 0.0))
+            used = usage.get(name)
+            measured_cpu = (used.sample_cores or 0.0) if used else 0.0
+            measured_mem = used.memory_mb if used else 0.0
             cls = labels.get("peakpack.class", "turtle")
             if cls not in ("devil", "turtle"):
                 raise NodeError(node, f"container {name}: label peakpack.class={cls!r}; use devil or turtle")
+            if "peakpack.cpu" in labels:
+                declared.add(name)
             result.append(Container(
                 name=name, node=node,
                 cpu=float(labels.get("peakpack.cpu", measured_cpu)),
@@ -91,7 +148,7 @@ def parse_containers(node: str, inspect_json: str, stats_text: str) -> list[Cont
             ))
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
-    return result
+    return result, declared
 
 
 @dataclass(frozen=True)
@@ -101,15 +158,19 @@ class NodeView:
     state: NodeState
     containers: list[Container]
     unknown: str | None = None  # why the node could not be observed: plan around it, never on it
+    usage: dict[str, Usage] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)  # containers whose CPU a label declares
 
 
 async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
     try:
-        inspect, stats = await asyncio.gather(
+        inspect, used = await asyncio.gather(
             ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
-            ssh.run(node, ["docker", "stats", "--no-stream", "--format", "{{json .}}"], timeout=60),
+            ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
         )
-        return NodeView(NodeState(node, powered=True), parse_containers(node, inspect.stdout, stats.stdout))
+        usage = parse_usage(node, used.stdout)
+        containers, declared = parse_containers(node, inspect.stdout, usage)
+        return NodeView(NodeState(node, powered=True), containers, usage=usage, declared=declared)
     except HostKeyError as exc:
         return NodeView(NodeState(node, powered=True), [], str(exc))
     except NodeError as exc:
@@ -126,6 +187,12 @@ def observe_cluster(inventory: Inventory, shell: RemoteShell | None = None,
                     bmc_power: PowerProbe | None = None) -> ClusterSnapshot:
     """Every node at once. A node that cannot be observed is held (its containers are unknown, so
     nothing moves onto it, off it, or switches it), and the rest of the cluster is planned as usual."""
+    return observe_usage(inventory, shell, bmc_power)[0]
+
+
+def observe_usage(inventory: Inventory, shell: RemoteShell | None = None,
+                  bmc_power: PowerProbe | None = None) -> tuple[ClusterSnapshot, list[Usage]]:
+    """`observe_cluster`, and the cgroup counters of every container in the snapshot."""
     if bmc_power is None:
         from power.ipmi import power_probe
 
@@ -153,4 +220,38 @@ def observe_cluster(inventory: Inventory, shell: RemoteShell | None = None,
             continue
         seen[c.name] = c.node
         containers.append(c)
-    return ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
+    snapshot = ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
+    usage = [replace(v.usage[c.name], declared=c.cpu if c.name in v.declared else None)
+             for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
+    return snapshot, usage
+
+
+def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord], at: datetime) -> list[DemandRecord]:
+    """This observation's demand rows: the cores its label declares (source "label": a declared
+    demand is a request, as in Kubernetes, and the planner keeps it), else the counter delta
+    against the container's previous row ("cgroup"), else the one-second sample ("stats"). Every
+    row keeps the counter, for the next delta and for per-container energy."""
+    rows = []
+    for u in usage:
+        delta = cores_between(previous.get(u.container), u.node, u.cpu_time_ns, at)
+        cpu, interval, source = (delta[0], delta[1], COUNTER) if delta else (u.sample_cores, None, SAMPLE)
+        if u.declared is not None:
+            cpu, source = u.declared, LABEL
+        rows.append(DemandRecord(at=at, container=u.container, node=u.node, interval_s=interval, cpu=cpu,
+                                 cpu_time_ns=u.cpu_time_ns, memory_mb=u.memory_mb, source=source))
+    return rows
+
+
+def observe_and_record(inventory: Inventory, store: Store, shell: RemoteShell | None = None,
+                       bmc_power: PowerProbe | None = None) -> ClusterSnapshot:
+    """`observe_cluster`, storing every container's demand since its previous row."""
+    snapshot, usage = observe_usage(inventory, shell, bmc_power)
+    store.add_demand(demand_records(usage, store.latest_demand(), snapshot.taken_at))
+    return snapshot
+
+
+def forecast_from_store(store: Store, snapshot: ClusterSnapshot, settings: ForecastSettings,
+                        epoch_seconds: float) -> tuple[ClusterSnapshot, dict[str, Forecast]]:
+    """`demand.forecast_demand` over the stored history of the window ending at the snapshot."""
+    since = snapshot.taken_at - timedelta(seconds=window_epochs(settings, epoch_seconds) * epoch_seconds)
+    return forecast_demand(snapshot, store.demand_history(since=since), settings, epoch_seconds)

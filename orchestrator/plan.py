@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from .capacity import node_capacity, within
 from .errors import PlanError
@@ -105,6 +105,8 @@ class Plan:
     based_on_version: int = 0
     plan_id: int | None = None
     notes: tuple[str, ...] = field(default=())
+    #: container -> one line of why it moves or stays (`planner.explain`)
+    explanations: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {

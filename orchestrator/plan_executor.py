@@ -9,7 +9,7 @@ target did not wake. The journal entry of every action is written before and aft
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,9 +74,14 @@ class PlanExecutor:
         report.states[action_id] = ActionState.SKIPPED
         self.log(f"{action.describe()} skipped: {why}")
 
-    def execute(self, plan: Plan, plan_id: int) -> ExecutionReport:
+    def execute(self, plan: Plan, plan_id: int, skip: Mapping[int, str] | None = None) -> ExecutionReport:
+        """Run the journaled plan; the actions at the indices in `skip` are journaled SKIPPED with
+        the reason given and not run (`peakpack apply --partial`: their preconditions failed)."""
         report = ExecutionReport(plan_id)
         journaled = list(zip(self.store.plan_action_ids(plan_id), plan.actions, strict=True))
+        for i, why in sorted((skip or {}).items()):
+            self._skip(report, journaled[i][0], journaled[i][1], why)
+        journaled = [j for i, j in enumerate(journaled) if i not in (skip or {})]
         woken_failed: set[str] = set()
         for aid, a in journaled:
             if a.kind is ActionKind.POWER_ON:

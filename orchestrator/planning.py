@@ -8,10 +8,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
+from .budgets import Allowance
 from .model import ClusterSnapshot, Inventory
 from .plan import Plan
+from .settings import PlannerSettings
 from .planner.build import build_plan
 from .planner.problem import Placement, PlacementProblem, Policy, Weights
+from .planner.rules import Facts, restrained_eligibility, restrained_inventory, restraints
 from .planner.registry import get_policy
 
 DEFAULT_POLICY = "peakpack"
@@ -89,23 +92,41 @@ def make_plan(
     snapshot: ClusterSnapshot,
     *,
     policy: str = DEFAULT_POLICY,
-    time_limit_s: float = 10.0,
-    weights: Weights | None = None,
+    settings: PlannerSettings | None = None,
+    time_limit_s: float | None = None,
+    facts: Facts | None = None,
     dry_run: bool = True,
+    allowance: Allowance | None = None,
 ) -> Plan:
-    """Solve the placement for `snapshot` with the named policy and order it into a plan."""
-    solver = get_policy(policy)
+    """Solve the placement for `snapshot` with the named policy and order it into a plan,
+    within what the disruption budgets and windows allow (`budgets.allowance`; None: anything).
+
+    `settings` default to the inventory's (`[planner]`); `time_limit_s` overrides theirs (the CLI
+    flag). `facts` (what the store remembers) feed the power rules and hysteresis
+    (`planner.rules`), judged at the snapshot's time; None: nothing remembered."""
+    settings = settings or inventory.planner
+    search = {"workers": settings.workers, "target_gap": settings.relative_gap} if policy == DEFAULT_POLICY else {}
+    solver = get_policy(policy, **search)
     inventory = held_inventory(inventory, snapshot)
+    held_back = restraints(inventory, snapshot, settings, facts or Facts(), snapshot.taken_at)
+    solved = restrained_inventory(inventory, held_back)
     problem = PlacementProblem(
-        inventory=inventory,
+        inventory=solved,
         snapshot=snapshot,
-        weights=weights or Weights(),
-        time_limit_s=time_limit_s,
-        eligible=eligibility(inventory, snapshot),
+        weights=Weights.from_settings(settings, inventory.cluster.epoch_seconds),
+        time_limit_s=settings.time_limit_s if time_limit_s is None else time_limit_s,
+        eligible=restrained_eligibility(eligibility(inventory, snapshot), snapshot, inventory, held_back),
+        cap=settings.cap,
+        allowance=allowance or Allowance(),
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)
-    return replace(plan, dry_run=dry_run, based_on_version=snapshot.version)
+    hosting = set(placement.assignment.values())
+    notes = tuple(f"{n} stays on: {why}" for n, why in sorted(held_back.keep_power.items())
+                  if n in placement.powered and n not in hosting)
+    notes += tuple(f"{n} not woken: {why}" for n, why in sorted(held_back.keep_power.items())
+                   if n not in placement.powered)
+    return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes)
 
 
 def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> Placement:

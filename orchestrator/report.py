@@ -63,40 +63,75 @@ def plot_nodes_on(h: History, out: Path) -> str:
     return _save(fig, out / "nodes_on.png")
 
 
+MEASURED = ("rapl", "dcmi")
+
+
+def _label(source: str) -> str:
+    return f"{source} (measured)" if source in MEASURED else f"{source} (power curve, not measured)"
+
+
 def plot_power(h: History, out: Path) -> str:
-    fig, ax = _figure("Power: measured (per node, stacked) and modelled", "W")
-    per_node: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
-    for e in h.energy:
+    """Each node's mean power over every stored interval, drawn across the interval (so a run of
+    one epoch still shows its intervals); modelled intervals are dashed and labelled so."""
+    fig, ax = _figure("Power per node: measured (solid) and modelled (dashed)", "W")
+    colors: dict[str, Any] = {}
+    labelled: set[str] = set()
+    for e in sorted(h.energy, key=lambda e: (e.get("node") or "", e["start"])):
         start, end = _t(e["start"]), _t(e["end"])
         seconds = (end - start).total_seconds()
-        if seconds > 0 and e.get("node"):
-            per_node[e["node"]].append((end, e["energy_j"] / seconds))
-    if per_node:
-        times = sorted({t for series in per_node.values() for t, _ in series})
-        stacks = []
-        for node in sorted(per_node):
-            values = dict(per_node[node])
-            stacks.append([values.get(t, 0.0) for t in times])
-        ax.stackplot(times, *stacks, labels=sorted(per_node), alpha=0.7)
+        if seconds <= 0 or not e.get("node") or e.get("container"):
+            continue
+        node, watts = e["node"], e["energy_j"] / seconds
+        label = f"{node} {_label(e['source'])}"
+        line = ax.plot([start, end], [watts, watts], ls="-" if e["source"] in MEASURED else "--", marker="|",
+                       color=colors.get(node), label=None if label in labelled else label)[0]
+        colors.setdefault(node, line.get_color())
+        labelled.add(label)
+    drawn = bool(labelled)
     model = sorted((_t(p["created_at"]), p["before"]["power_w"]) for p in h.plans)
     if model:
-        ax.plot([m[0] for m in model], [m[1] for m in model], color="black", label="model (observed load)")
-    if per_node or model:
-        ax.legend(fontsize="small", ncol=3)
+        ax.plot([m[0] for m in model], [m[1] for m in model], color="black", ls=":",
+                label="cluster, planner's model at the observed load")
+    if drawn or model:
+        ax.legend(fontsize="x-small", ncol=2)
     else:
         _empty(ax, "no power data recorded")
     return _save(fig, out / "power.png")
 
 
-def plot_energy(h: History, out: Path) -> str:
-    fig, ax = _figure("Energy per node", "kJ")
-    totals: Counter[str] = Counter()
+def energy_split(h: History) -> dict[str, dict[str, float]]:
+    """Node energy in kJ per source (rapl, dcmi, model), and of it the idle part, the containers'
+    part and the residual (Kepler's split, where the row has one)."""
+    split: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for e in h.energy:
-        if e.get("node"):
-            totals[e["node"]] += e["energy_j"] / 1000
-    if totals:
-        nodes = sorted(totals)
-        ax.bar(nodes, [totals[n] for n in nodes])
+        if not e.get("node") or e.get("container"):
+            continue
+        part = split[e["source"]]
+        part["total"] += e["energy_j"] / 1000
+        if e.get("idle_j") is not None and e.get("residual_j") is not None:
+            part["idle"] += e["idle_j"] / 1000
+            part["residual"] += e["residual_j"] / 1000
+            part["containers"] += (e["energy_j"] - e["idle_j"] - e["residual_j"]) / 1000
+        else:
+            part["unsplit"] += e["energy_j"] / 1000
+    return {k: dict(v) for k, v in split.items()}
+
+
+def plot_energy(h: History, out: Path) -> str:
+    fig, ax = _figure("Energy per node, by source", "kJ")
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    for e in h.energy:
+        if e.get("node") and not e.get("container"):
+            totals[e["source"]][e["node"]] += e["energy_j"] / 1000
+    nodes = sorted({n for c in totals.values() for n in c})
+    if nodes:
+        bottom = [0.0] * len(nodes)
+        for source in sorted(totals, key=lambda s: (s not in MEASURED, s)):
+            values = [totals[source][n] for n in nodes]
+            ax.bar(nodes, values, bottom=bottom, label=_label(source), hatch=None if source in MEASURED else "//",
+                   alpha=1.0 if source in MEASURED else 0.5)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.legend(fontsize="small")
     else:
         _empty(ax, "no energy recorded")
     return _save(fig, out / "energy.png")
@@ -144,7 +179,12 @@ def _img(path: Path) -> str:
 def write_report(h: History, out: Path, title: str = "peakpack report") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     images = [f(h, out) for f in (plot_nodes_on, plot_power, plot_energy, plot_migrations, plot_downtime)]
-    total_kj = sum(e["energy_j"] for e in h.energy if e.get("node")) / 1000
+    split = energy_split(h)
+    measured_kj = sum(v["total"] for k, v in split.items() if k in MEASURED)
+    modelled_kj = sum(v["total"] for k, v in split.items() if k not in MEASURED)
+    split_rows = [{"source": _label(k), **{c: f"{v.get(c, 0.0):.1f}" for c in
+                                           ("total", "idle", "containers", "residual", "unsplit")}}
+                  for k, v in sorted(split.items())]
     frozen = sorted(m["frozen_ms"] for m in h.migrations if m.get("frozen_ms") is not None)
     median = f"{frozen[len(frozen) // 2]:.0f} ms" if frozen else "n/a"
     page = f"""<!doctype html>
@@ -154,9 +194,16 @@ table{{border-collapse:collapse;font-size:small}}td,th{{border:1px solid #ccc;pa
 .kpi{{display:inline-block;margin-right:2em;font-size:1.3em}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p><span class="kpi">{len(h.plans)} plans</span><span class="kpi">{len(h.migrations)} migrations</span>
-<span class="kpi">median downtime {median}</span><span class="kpi">{total_kj:.1f} kJ measured</span>
+<span class="kpi">median downtime {median}</span><span class="kpi">{measured_kj:.1f} kJ measured</span>
+<span class="kpi">{modelled_kj:.1f} kJ modelled</span>
 <span class="kpi">{len(h.power)} power events</span></p>
 {''.join(_img(out / name) for name in images)}
+<h2>Energy by source (kJ)</h2>
+<p>Measured energy comes from RAPL counters or the BMC (DCMI); modelled energy is the node's power
+curve at its measured load and is never counted as measured. Idle is the curve's idle power over the
+interval; containers share the rest by their cgroup CPU time; the residual is active energy no
+container's CPU time accounts for.</p>
+{_table(split_rows, ["source", "total", "idle", "containers", "residual", "unsplit"])}
 <h2>Recent migrations</h2>
 {_table(h.migrations[-20:], ["container", "source", "target", "state", "frozen_ms", "started_at"])}
 <h2>Power events</h2>

@@ -1,13 +1,15 @@
 """The planner's settings: one dataclass of defaults read by `plan`, `serve` and `simulate`.
 
 The defaults are the settings the simulator measured (docs/simulator.md); an inventory's
-`[planner]` section overrides them key by key. Costs are energies, not watts, so the same
-settings mean the same thing at any epoch length: the planner divides them by the epoch.
+`[planner]` section overrides them key by key (`peakpack config show` prints the effective
+values and where each came from). Costs are energies, not watts, so the same settings mean the
+same thing at any epoch length: the planner divides them by the epoch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,3 +45,20 @@ class PlannerSettings:
     #: a container that moved within the forecast window does not move again unless the cap
     #: forces it
     hysteresis: bool = True
+    # -- power decisions (also accepted as `[power_policy]`); see orchestrator/planner/rules.py
+    #: a node woken, or that became empty by itself, this recently is not switched off
+    grace_seconds: float = 600.0
+    spare_nodes: int = 0              # empty powered nodes kept on as spare capacity
+    boot_seconds: float = 180.0       # power-on until the node answers SSH
+    boot_power_w: float | None = None  # draw while booting; None: the node's max_w
+    wake_timeout_seconds: float = 300.0  # a node not answering after this is quarantined
+
+    def off_horizon_s(self, epoch_seconds: float) -> float:
+        """How long a node switched off now is expected to stay off: what a boot must pay for."""
+        return self.off_epochs * epoch_seconds
+
+    def by_key(self) -> dict[str, Any]:
+        """Every setting by its inventory key (`forecast.window_seconds` for `[planner.forecast]`)."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "forecast"}
+        flat.update({f"forecast.{f.name}": getattr(self.forecast, f.name) for f in fields(self.forecast)})
+        return flat

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 
 from rich.console import Console
 
@@ -15,13 +14,13 @@ from migrate.batch import execute_migrations, reconcile_migrations
 from migrate.pinning import apply_pinning
 from orchestrator.remote import RemoteShell
 from power import ipmi
-from power.policy import NodeFacts, adjust_plan, idle_updates
+from power.policy import adjust_plan
 from power.sampler import EnergySampler
 
 from .controller import Services
 from .errors import PeakpackError, PowerError
 from .model import ClusterSnapshot, Inventory
-from .observe import observe_cluster, observe_node
+from .observe import observe_and_record, observe_node
 from .plan import Action, Plan
 
 
@@ -48,7 +47,7 @@ class LiveOps:
 
     def power_on(self, node: str, reason: str) -> None:
         event = self.store.begin_power_event(node, "power_on", reason)
-        timeout = self.inventory.power_policy.wake_timeout_seconds
+        timeout = self.inventory.planner.wake_timeout_seconds
         try:
             ipmi.switch(self.inventory.node(node), ipmi.Chassis.ON)
             if not self._wait(node, True, timeout):
@@ -78,6 +77,7 @@ class LiveOps:
                 stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
         return self.shell.call(execute_migrations(
             self.shell.pool, self.shell.engines, self.store, self.inventory, actions, progress=self.log,
+            per_node=self.inventory.budgets.migrations_per_node,
             bmc_power=ipmi.power_probe(self.inventory), stop_requested=stop_requested))
 
     def pin(self, node: str) -> None:
@@ -134,29 +134,22 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
     sampler = EnergySampler(inventory, store, shell, log)
 
     def adjust(plan: Plan, snapshot: ClusterSnapshot) -> Plan:
-        now = datetime.now(timezone.utc)
-        idle = {n.name: t for n in inventory.nodes if (t := store.idle_since(n.name)) is not None}
-        facts = NodeFacts(idle_since=idle, quarantined=store.quarantined())
-        for node, at in idle_updates(snapshot, facts, now).items():
-            store.set_idle_since(node, at)
-            if at is None:
-                idle.pop(node, None)
-            else:
-                idle[node] = at
-        adjusted = adjust_plan(plan, snapshot, inventory, NodeFacts(idle, facts.quarantined), now)
+        adjusted = adjust_plan(plan, snapshot, inventory, store.quarantined())
         for note in adjusted.notes[len(plan.notes):]:
             log(f"power policy: {note}")
         return adjusted
 
     def account(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
         rows = sampler.sample(snapshot, plan_id)
-        total = sum(r.energy_j for r in rows if r.container is None)
-        if rows:
-            log(f"energy: {total / 1000:.1f} kJ over {sum(1 for r in rows if r.container is None)} node(s)")
+        nodes = [r for r in rows if r.container is None]
+        if nodes:  # measured and modelled energy are never summed into one figure
+            log("energy: " + ", ".join(f"{sum(r.energy_j for r in nodes if r.source == s) / 1000:.1f} kJ {s} "
+                                       f"({sum(1 for r in nodes if r.source == s)} node(s))"
+                                       for s in sorted({r.source for r in nodes})))
         return rows
 
     return Services(
-        observe=lambda: observe_cluster(inventory, shell),
+        observe=lambda: observe_and_record(inventory, store, shell),
         ops=LiveOps(inventory, store, shell, log),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,

@@ -1,5 +1,5 @@
 """Energy accounting, pure: integrate stored samples into per-node energy over an interval and
-attribute it to containers by their share of the node's CPU use.
+split it as Kepler does: idle, each container's share of the active part by CPU time, residual.
 
 Never negative, never silently zero: a node with no counter over the interval gets no measured
 row; the caller may add a row with source "model" (from the node's power curve), labelled so."""
@@ -7,32 +7,44 @@ row; the caller may add a row with source "model" (from the node's power curve),
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from db.store import EnergyRow, EnergySample
-from orchestrator.model import Container, PowerCurve
+from orchestrator.model import PowerCurve
 
-from .rapl import counter_delta_uj
+from .rapl import counter_delta_uj, restarted
 
 
 def integrate_rapl(node: str, samples: Sequence[EnergySample], plan_id: int | None = None) -> EnergyRow | None:
-    """Energy from the first to the last sample (per zone, wraps handled), or None if < 2 samples."""
+    """Energy from the first to the last sample (per zone, wraps handled), or None if < 2 samples.
+
+    A reboot between two samples restarts the counters (`rapl.restarted`): that pair gives no
+    delta, and the row starts at the first sample after the reboot, so its interval is exactly
+    the time it counts; None when no pair after the last reboot is left."""
     by_zone: dict[str, list[EnergySample]] = defaultdict(list)
     for s in sorted(samples, key=lambda s: s.at):
         if s.source == "rapl" and s.energy_uj is not None:
             by_zone[s.zone].append(s)
+    starts = []
+    for zone_samples in by_zone.values():
+        for i, (a, b) in enumerate(zip(zone_samples, zone_samples[1:]), 1):
+            if restarted(a.boot_id, b.boot_id, a.energy_uj, b.energy_uj):  # type: ignore[arg-type]
+                starts.append(b.at)
+    since = max(starts, default=None)
     total_uj, start, end = 0, None, None
     for zone_samples in by_zone.values():
-        if len(zone_samples) < 2:
+        kept = [s for s in zone_samples if since is None or s.at >= since]
+        if len(kept) < 2:
             continue
-        for a, b in zip(zone_samples, zone_samples[1:]):
+        for a, b in zip(kept, kept[1:]):
             top = b.max_energy_range_uj or a.max_energy_range_uj
             if top is None:
                 raise ValueError(f"{node}: RAPL sample without max_energy_range_uj")
             total_uj += counter_delta_uj(a.energy_uj, b.energy_uj, top)  # type: ignore[arg-type]
-        start = min(start or zone_samples[0].at, zone_samples[0].at)
-        end = max(end or zone_samples[-1].at, zone_samples[-1].at)
+        start = min(start or kept[0].at, kept[0].at)
+        end = max(end or kept[-1].at, kept[-1].at)
     if start is None or end is None or end <= start:
         return None
     return EnergyRow(node=node, start=start, end=end, energy_j=total_uj / 1e6, source="rapl", plan_id=plan_id)
@@ -56,13 +68,28 @@ def model_energy(node: str, curve: PowerCurve, cpus: int, load_cores: float, sta
                      source="model", plan_id=plan_id)
 
 
-def attribute(row: EnergyRow, containers: Sequence[Container]) -> list[EnergyRow]:
-    """Split a node's energy over its containers by CPU share. The idle part is split too, so the
-    containers' rows sum to the node's; a node that hosted nothing keeps it all."""
-    mine = [c for c in containers if c.node == row.node]
-    total_cpu = sum(c.cpu for c in mine)
-    if not mine:
-        return []
-    shares = {c.name: (c.cpu / total_cpu if total_cpu > 0 else 1 / len(mine)) for c in mine}
-    return [EnergyRow(node=row.node, start=row.start, end=row.end, energy_j=row.energy_j * share,
-                      source=row.source, container=name, plan_id=row.plan_id) for name, share in shares.items()]
+def kepler_split(row: EnergyRow, idle_w: float, busy_cores: float | None,
+                 container_cores: Mapping[str, float]) -> list[EnergyRow]:
+    """Kepler's accounting of a node's energy over an interval: the node row with its idle and
+    residual parts set, then one row per container with its share of the active energy.
+
+    idle = the curve's idle power x the interval (at most the energy); active = the rest. Each
+    container gets active x its cores / the node's busy cores over the interval (cgroup CPU-time
+    delta against /proc/stat's non-idle time). The residual is the active energy of busy time no
+    container accounts for: the OS, daemons, processes outside containers, containers that came
+    or went within the interval. When the containers' cores exceed the node's busy cores (the
+    two are read a moment apart) their shares are scaled to the whole active part and the
+    residual is 0. With no busy time for the interval (the first after the controller started,
+    or a reboot) nothing is attributed: the whole active part is residual, never guessed."""
+    seconds = (row.end - row.start).total_seconds()
+    idle = min(row.energy_j, max(0.0, idle_w * seconds))
+    active = row.energy_j - idle
+    cores = {name: c for name, c in container_cores.items() if c > 0}
+    used = sum(cores.values())
+    if busy_cores is None or used <= 0:
+        return [replace(row, idle_j=idle, residual_j=active)]
+    whole = max(busy_cores, used)
+    shares = {name: active * c / whole for name, c in cores.items()}
+    node = replace(row, idle_j=idle, residual_j=max(0.0, active - sum(shares.values())))
+    return [node] + [EnergyRow(node=row.node, start=row.start, end=row.end, energy_j=j, source=row.source,
+                               container=name, plan_id=row.plan_id) for name, j in sorted(shares.items())]

@@ -1,10 +1,13 @@
-"""Energy sampling for the controller: each epoch it reads every powered node's RAPL counters
-over SSH (DCMI from the BMC where a node has no RAPL), stores the samples, and turns the interval
-since the previous sample into energy rows per node and per container.
+"""Energy sampling for the controller: each time it is called it reads every powered node's RAPL
+counters, boot id and busy CPU time over SSH (DCMI from the BMC where a node has no RAPL), stores
+the samples, and turns the interval since the previous sample into energy rows per node and per
+container (`accounting.kepler_split`, with the containers' cores from the demand rows the observer
+has just stored for the same interval).
 
-A counter that went backwards by more than a plausible wrap (a rebooted node resets it) gives no
-row for that interval: missing is reported as missing, never as zero or a made-up number. Nodes
-with no source at all get rows labelled "model" (their power curve at the observed load)."""
+Every row says where its number came from: "rapl" or "dcmi" (measured), "model" (the node's power
+curve at its measured load, for a node with neither). A counter restarted by a reboot (the boot
+id changed) gives no row for that interval: missing is reported as missing, never as zero or as
+a wrap."""
 
 from __future__ import annotations
 
@@ -12,68 +15,88 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from db.store import EnergyRow, EnergySample, Store
-from orchestrator.remote import RemoteShell
+from orchestrator.demand import measured_cores
 from orchestrator.errors import NodeError
 from orchestrator.model import ClusterSnapshot, Inventory, node_loads
+from orchestrator.remote import RemoteShell
 
 from . import ipmi
-from .accounting import attribute, integrate_power, integrate_rapl, model_energy
-from .rapl import READ_SCRIPT, parse_zones
+from .accounting import integrate_power, integrate_rapl, kepler_split, model_energy
+from .rapl import READ_SCRIPT, NodeCounters, parse_node_counters, parse_zones, restarted
 
 
 class EnergySampler:
     def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None]) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
         self.last_model: dict[str, datetime] = {}
+        #: per node: when its busy CPU time was last read, with its boot id and value
+        self.last_busy: dict[str, tuple[datetime, NodeCounters]] = {}
 
-    def _read(self, powered: list[str]) -> dict[str, list[EnergySample] | Exception]:
-        now = datetime.now(timezone.utc)
+    def _read(self, powered: list[str], now: datetime
+              ) -> dict[str, tuple[NodeCounters, list[EnergySample]] | Exception]:
         results = self.shell.gather([self.shell.pool.run(n, ["sh", "-c", READ_SCRIPT], timeout=30) for n in powered])
-        out: dict[str, list[EnergySample] | Exception] = {}
+        out: dict[str, tuple[NodeCounters, list[EnergySample]] | Exception] = {}
         for node, res in zip(powered, results):
             if isinstance(res, Exception):
                 out[node] = res
                 continue
             try:
-                zones = parse_zones(node, res.stdout)
+                counters, zones = parse_node_counters(node, res.stdout), parse_zones(node, res.stdout)
             except NodeError as exc:
                 out[node] = exc
                 continue
-            out[node] = [EnergySample(node, now, "rapl", energy_uj=z.energy_uj, zone=z.zone,
-                                      max_energy_range_uj=z.max_energy_range_uj) for z in zones]
+            out[node] = (counters, [EnergySample(node, now, "rapl", energy_uj=z.energy_uj, zone=z.zone,
+                                                 max_energy_range_uj=z.max_energy_range_uj,
+                                                 boot_id=counters.boot_id) for z in zones])
         return out
 
-    def _plausible(self, row: EnergyRow) -> bool:
-        seconds = (row.end - row.start).total_seconds()
-        peak = self.inventory.node(row.node).power.at(1.0)
-        return row.energy_j <= peak * seconds * 2 + 1.0  # a reset counter reads as a huge "wrap"
+    def _busy_cores(self, node: str, now: datetime, counters: NodeCounters) -> float | None:
+        """The node's busy cores since the previous read, None without a comparable one."""
+        previous = self.last_busy.get(node)
+        if counters.busy_ns is not None:
+            self.last_busy[node] = (now, counters)
+        if previous is None or previous[1].busy_ns is None or counters.busy_ns is None:
+            return None
+        at, before = previous
+        seconds = (now - at).total_seconds()
+        if seconds <= 0 or restarted(before.boot_id, counters.boot_id, before.busy_ns, counters.busy_ns):
+            return None
+        return (counters.busy_ns - before.busy_ns) / 1e9 / seconds
+
+    def _container_cores(self, node: str, since: datetime, window: datetime) -> dict[str, float]:
+        """Cores of each container on `node` from the counters of its two newest demand rows, if
+        the newest ends within the interval (the observation just before this sample)."""
+        return measured_cores(self.store.demand_history(since=window), node, since)
 
     def sample(self, snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
         powered = [n.name for n in snapshot.nodes if n.powered]
-        readings = self._read(powered)
-        rows: list[EnergyRow] = []
         now = datetime.now(timezone.utc)
+        readings = self._read(powered, now)
+        rows: list[EnergyRow] = []
         window = now - timedelta(seconds=3 * self.inventory.cluster.epoch_seconds + 60)
         loads = node_loads(snapshot.containers)
         for node in powered:
             got = readings[node]
-            row: EnergyRow | None = None
             if isinstance(got, Exception):
                 self.log(f"energy: {node}: counters unreadable ({got}); energy missing for this interval")
                 continue
-            if got:
+            counters, samples = got
+            busy = self._busy_cores(node, now, counters)
+            row: EnergyRow | None = None
+            if samples:
                 previous = self._latest(node, window)
-                self.store.add_energy_samples(got)
+                self.store.add_energy_samples(samples)
                 if previous:
-                    row = integrate_rapl(node, previous + got, plan_id)
-                    if row is not None and not self._plausible(row):
-                        self.log(f"energy: {node}: RAPL counter reset (reboot?) between samples; interval missing")
-                        row = None
+                    row = integrate_rapl(node, previous + samples, plan_id)
+                    if row is None:
+                        self.log(f"energy: {node}: boot id changed since the last sample (rebooted): its RAPL "
+                                 "counters restarted, so this interval is missing")
             else:
-                row = self._dcmi_or_model(node, loads.get(node), now, plan_id, window)
+                load = busy if busy is not None else loads[node].cpu if node in loads else 0.0
+                row = self._dcmi_or_model(node, load, now, plan_id, window)
             if row is not None:
-                rows.append(row)
-                rows.extend(attribute(row, snapshot.containers))
+                rows.extend(kepler_split(row, self.inventory.node(node).power.idle_w, busy,
+                                         self._container_cores(node, row.start, window)))
         if rows:
             self.store.add_energy(rows)
         return rows
@@ -84,7 +107,8 @@ class EnergySampler:
             by_zone[s.zone] = s
         return list(by_zone.values())
 
-    def _dcmi_or_model(self, node: str, load, now: datetime, plan_id: int | None, window: datetime) -> EnergyRow | None:  # type: ignore[no-untyped-def]
+    def _dcmi_or_model(self, node: str, load_cores: float, now: datetime, plan_id: int | None,
+                       window: datetime) -> EnergyRow | None:
         spec = self.inventory.node(node)
         watts = ipmi.dcmi_power(spec) if spec.bmc else None
         if watts is not None:
@@ -97,4 +121,4 @@ class EnergySampler:
         if start is None:
             self.log(f"energy: {node}: no RAPL counter and no DCMI reading; using its power curve (source model)")
             return None
-        return model_energy(node, spec.power, spec.cpus, load.cpu if load else 0.0, start, now, plan_id)
+        return model_energy(node, spec.power, spec.cpus, load_cores, start, now, plan_id)

@@ -17,6 +17,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PACKAGES=(
+  python3          # peakpack itself
+  python3-venv     # scripts/install.sh makes .venv (a fresh Debian 12 lacks ensurepip)
   docker.io        # dockerd, docker CLI, containerd, runc
   openssh-server   # one sshd per lab node
   openssh-client   # ssh, ssh-keygen, ssh-keyscan
@@ -29,6 +31,7 @@ PACKAGES=(
   criu             # runtime libraries; replaced by 4.2.x below when its checks fail
   xz-utils         # unpacks CRIU's source tarball
   postgresql       # the store is also tested against a real PostgreSQL server
+  chromium         # headless, the web page's browser test (tests/integration/test_web_page.py)
 )
 
 missing=()

@@ -11,6 +11,10 @@ import typer
 
 from ..errors import PeakpackError
 from . import history, lab, migrate, plan, power, reconcile, report, serve, simulate
+from . import web
+from . import apply
+from . import service
+from . import config
 from .common import err
 
 app = typer.Typer(
@@ -19,7 +23,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command()(plan.plan)
+app.add_typer(plan.app, name="plan")
 app.command()(history.history)
 app.command()(serve.serve)
 app.command()(migrate.migrate)
@@ -27,8 +31,13 @@ app.command()(migrate.pin)
 app.command()(reconcile.reconcile)
 app.command()(simulate.simulate)
 app.command()(report.report)
+app.command()(web.web)
+app.command()(apply.apply)
+app.command()(apply.reject)
 app.add_typer(lab.app, name="lab")
 app.add_typer(power.app, name="power")
+app.add_typer(service.app, name="service")
+app.add_typer(config.app, name="config")
 
 
 def main() -> None:

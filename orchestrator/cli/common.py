@@ -28,6 +28,21 @@ InventoryOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
+def load_inventory(path: str | Path) -> Any:
+    """`config.load_inventory`, imported on use: pydantic and the inventory schema stay off the
+    start-up of commands that never read an inventory (and of `--help`)."""
+    from ..config import load_inventory as load
+
+    return load(path)
+
+
+def demo_inventory() -> Any:
+    """`config.demo_inventory`, imported on use (see `load_inventory`)."""
+    from ..config import demo_inventory as demo
+
+    return demo()
+
+
 def open_store(url: str | None) -> Any:
     """The store is imported lazily so commands that never touch it stay fast."""
     from db.store import Store

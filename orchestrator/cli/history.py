@@ -8,10 +8,11 @@ from enum import StrEnum
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from ..errors import PeakpackError
 from .common import DbOpt, JsonOpt, open_store, out, since_time
+from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when, yes_no
+
 
 class HistoryKind(StrEnum):
     PLANS = "plans"
@@ -19,6 +20,7 @@ class HistoryKind(StrEnum):
     MIGRATIONS = "migrations"
     POWER = "power"
     ENERGY = "energy"
+    DEMAND = "demand"
 
 
 class GroupBy(StrEnum):
@@ -26,75 +28,146 @@ class GroupBy(StrEnum):
     CONTAINER = "container"
 
 
-#: What a person wants to see per kind of history; `--json` has every field.
-TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "plans": (("plan_id", "plan"), ("created_at", "when"), ("policy", "policy"), ("dry_run", "dry run"),
-              ("migrations", "moves"), ("actions", "actions"), ("before.nodes_on", "on before"),
-              ("after.nodes_on", "on after"), ("before.power_w", "W before"), ("after.power_w", "W after"),
-              ("solver.status", "solver"), ("solver.seconds", "s")),
-    "actions": (("plan_id", "plan"), ("index", "#"), ("kind", "action"), ("container", "container"),
-                ("source", "from"), ("target", "to"), ("node", "node"), ("state", "state"),
-                ("started_at", "started"), ("detail", "detail")),
-    "migrations": (("id", "id"), ("container", "container"), ("source", "from"), ("target", "to"),
-                   ("state", "state"), ("frozen_ms", "frozen ms"), ("total_ms", "total ms"),
-                   ("bytes", "bytes"), ("started_at", "started"), ("reason", "reason")),
-    "power": (("node", "node"), ("action", "action"), ("state", "state"), ("at", "at"),
-              ("reason", "reason"), ("detail", "detail")),
-    "energy": (("node", "node"), ("container", "container"), ("start", "start"), ("end", "end"),
-               ("energy_j", "energy (J)"), ("source", "source")),
+#: What a person wants to see per kind of history, most important first (priority 0 always
+#: shows, higher numbers drop first on a narrow terminal); `--json` has every field.
+TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "plans": (
+        Column("plan", "plan_id", justify="right", priority=0),
+        Column("when", "created_at", when, priority=0),
+        Column("policy", "policy", priority=3),
+        Column("dry run", "dry_run", yes_no, priority=4),
+        Column("moves", "migrations", count, justify="right", priority=1),
+        Column("actions", "actions", count, justify="right", priority=2),
+        Column("on before", "before.nodes_on", count, justify="right", priority=2),
+        Column("on after", "after.nodes_on", count, justify="right", priority=1),
+        Column("W before", "before.power_w", watts, justify="right", priority=2),
+        Column("W after", "after.power_w", watts, justify="right", priority=1),
+        Column("status", "status", priority=0),
+        Column("J pred", "ledger.predicted_energy_j", joules, justify="right", priority=2),
+        Column("J meas", "ledger.measured_energy_j", joules, justify="right", priority=2),
+        Column("frozen pred", "ledger.predicted_frozen_ms", millis, justify="right", priority=3),
+        Column("frozen meas", "ledger.measured_frozen_ms", millis, justify="right", priority=3),
+        Column("solver", "solver.status", priority=3),
+        Column("solve", "solver.seconds", seconds, justify="right", priority=4),
+    ),
+    "actions": (
+        Column("plan", "plan_id", justify="right", priority=0),
+        Column("#", "index", justify="right", priority=0),
+        Column("action", "kind", priority=0),
+        Column("container", "container", priority=1),
+        Column("from", "source", priority=2),
+        Column("to", "target", priority=1),
+        Column("node", "node", priority=1),
+        Column("state", "state", priority=0),
+        Column("started", "started_at", when, priority=3),
+        Column("detail", "detail", priority=4, truncate=True),
+    ),
+    "migrations": (
+        Column("id", "id", justify="right", priority=0),
+        Column("container", "container", priority=0),
+        Column("from", "source", priority=1),
+        Column("to", "target", priority=1),
+        Column("state", "state", priority=0),
+        Column("frozen", "frozen_ms", millis, justify="right", priority=1),
+        Column("total", "total_ms", millis, justify="right", priority=2),
+        Column("data", "bytes", size_bytes, justify="right", priority=3),
+        Column("started", "started_at", when, priority=2),
+        Column("reason", "reason", priority=4, truncate=True),
+    ),
+    "power": (
+        Column("node", "node", priority=0),
+        Column("action", "action", priority=0),
+        Column("state", "state", priority=0),
+        Column("at", "at", when, priority=1),
+        Column("reason", "reason", priority=2, truncate=True),
+        Column("detail", "detail", priority=3, truncate=True),
+    ),
+    "energy": (
+        Column("node", "node", priority=0),
+        Column("container", "container", priority=0),
+        Column("start", "start", when, priority=2),
+        Column("end", "end", when, priority=1),
+        Column("energy", "energy_j", joules, justify="right", priority=0),
+        Column("source", "source", priority=0),
+        Column("idle", "idle_j", joules, justify="right", priority=2),
+        Column("residual", "residual_j", joules, justify="right", priority=2),
+    ),
+    "demand": (
+        Column("at", "at", when, priority=0),
+        Column("container", "container", priority=1),
+        Column("node", "node", priority=1),
+        Column("cpu", "cpu", lambda v: "" if v is None else f"{v:.3f}", justify="right", priority=0),
+        Column("memory", "memory_mb", lambda v: f"{v:,.0f} MB", justify="right", priority=2),
+        Column("source", "source", priority=1),
+        Column("forecast", "forecast", lambda v: "" if v is None else f"{v:.3f}", justify="right", priority=0),
+        Column("plan", "plan_id", justify="right", priority=2),
+    ),
 }
 
 
-def _cell(row: dict[str, Any], path: str) -> str:
-    value: Any = row
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1 else f"{value:,.1f}"
-    if isinstance(value, str) and len(value) > 19 and value[10:11] == "T":  # ISO time: drop zone and fraction
-        return value[:19].replace("T", " ")
-    return str(value)
-
-
-def print_rows(kind: str, rows: list[dict[str, Any]]) -> None:
+def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> None:
     if not rows:
         out.print(f"{kind}: nothing recorded in that period")
         return
-    columns = [(k, title) for k, title in TABLE_COLUMNS[kind] if any(_cell(r, k) for r in rows)]
-    table = Table(title=f"{kind} ({len(rows)})")
-    for _, title in columns:
-        table.add_column(title, overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(row, k) for k, _ in columns))
-    out.print(table)
-
+    print_table(out, TABLE_COLUMNS[kind], rows, title=f"{kind} ({len(rows)})", wide=wide)
 
 
 def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
     since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
     by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
+    container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Show stored plans, actions, migrations, power events or energy."""
+    """Show stored plans, actions, migrations, power events, energy or container demand (CPU
+    cores from cgroup counters, and the forecast the next plan was given)."""
     start = since_time(since)
     if by is not None and kind is not HistoryKind.ENERGY:
         raise PeakpackError("--by: only `history energy` can be grouped by node or container")
+    if container is not None and kind is not HistoryKind.DEMAND:
+        raise PeakpackError("--container: only `history demand` is per container")
     with open_store(db) as store:
-        rows = history_rows(store, kind, start, by)
+        rows = history_rows(store, kind, start, by, container)
     if json_out:
         sys.stdout.write(json.dumps(rows) + "\n")
     else:
-        print_rows(kind.value, rows)
+        print_rows(kind.value, rows, wide)
 
 
-def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None) -> list[dict[str, Any]]:
+def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
+    """Each plan with its "ledger": measured energy and downtime against its prediction
+    (`orchestrator.predict.check_prediction` says what is compared with what)."""
+    from ..predict import check_prediction
+
+    store.expire_plans()
+    plans = store.list_plans(since)
+    if not plans:
+        return []
+    first = min(p.created_at for p in plans)
+    energy = [(r.start, r.end, r.energy_j, r.source) for r in store.list_energy(first)]
+    plan_of = {a.id: a.plan_id for a in store.list_actions(first)}
+    frozen: dict[int, list[float]] = {}
+    for m in store.list_migrations(first):
+        if m.frozen_ms is not None and m.action_id in plan_of:
+            frozen.setdefault(plan_of[m.action_id], []).append(m.frozen_ms)
+    ran = {"APPLIED", "PARTIAL", "FAILED"}  # a plan nobody applied has nothing to check
+    return [{**p.to_json(), "ledger": check_prediction(p.decided_at or p.created_at, p.after["power_w"], p.prediction,
+                                                       energy if p.status.value in ran else [],
+                                                       frozen.get(p.plan_id, []))}
+            for p in plans]
+
+
+def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
+                 container: str | None = None) -> list[dict[str, Any]]:
+    if kind is HistoryKind.DEMAND:
+        from ..demand import with_forecasts
+
+        return with_forecasts(store.demand_history(container, since), store.plan_cpus(since))
     if kind is HistoryKind.PLANS:
-        records = store.list_plans(since)
-    elif kind is HistoryKind.ACTIONS:
+        return plan_ledger(store, since)
+    if kind is HistoryKind.ACTIONS:
         records = store.list_actions(since)
     elif kind is HistoryKind.MIGRATIONS:
         records = store.list_migrations(since)

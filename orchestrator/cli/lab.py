@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
-
 from .common import JsonOpt, err, out
+from .tables import Column, WideOpt, joules, print_table, size_bytes
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
@@ -39,24 +38,30 @@ def up(
     out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
 
 
+STATUS_COLUMNS = (
+    Column("node", "node", priority=0), Column("address", "address", priority=3),
+    Column("power", "power", priority=0), Column("network", "network", priority=1),
+    Column("sshd", "sshd", priority=2), Column("dockerd", "dockerd", priority=1),
+    Column("disk", "disk", priority=2), Column("containers", "containers", justify="right", priority=0),
+    Column("BMC", "bmc", priority=3), Column("energy", "energy_j", joules, justify="right", priority=1),
+)
+
+
 @app.command()
-def status(folder: DirOpt = None, json_out: JsonOpt = False) -> None:
+def status(folder: DirOpt = None, json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """Power, network, daemons, disk, containers and energy counter of every node."""
     rows = _lab(folder).status()
     if json_out:
         sys.stdout.write(json.dumps([r.to_json() for r in rows]) + "\n")
         return
-    table = Table(title="lab")
-    for col in ("node", "address", "power", "network", "sshd", "dockerd", "disk", "containers", "BMC", "energy (J)"):
-        table.add_column(col)
-    for r in rows:
-        disk = ("" if r.disk_free_bytes is None else
-                "full" if r.disk_full else f"{r.disk_free_bytes / 2**30:.1f} GiB free")
-        table.add_row(r.name, r.address, "on" if r.powered else "off", "partitioned" if r.partitioned else "ok",
-                      "up" if r.sshd else "down", "up" if r.dockerd else "down", disk,
-                      "" if r.containers is None else str(r.containers), r.bmc,
-                      "" if r.energy_uj is None else f"{r.energy_uj / 1e6:,.1f}")
-    out.print(table)
+    table = [{"node": r.name, "address": r.address, "power": "on" if r.powered else "off",
+              "network": "partitioned" if r.partitioned else "ok", "sshd": "up" if r.sshd else "down",
+              "dockerd": "up" if r.dockerd else "down",
+              "disk": "full" if r.disk_full else
+              None if r.disk_free_bytes is None else size_bytes(r.disk_free_bytes) + " free",
+              "containers": r.containers, "bmc": r.bmc,
+              "energy_j": None if r.energy_uj is None else r.energy_uj / 1e6} for r in rows]
+    print_table(out, STATUS_COLUMNS, table, title="lab", wide=wide)
 
 
 @app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -12,8 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOpt, JsonOpt, err, manual_lease, open_store, out
-from ..config import load_inventory
+from .common import DbOpt, JsonOpt, err, load_inventory, manual_lease, open_store, out
 from ..errors import PeakpackError
 
 RequiredInventory = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")]

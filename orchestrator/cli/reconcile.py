@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ..config import load_inventory
-from .common import DbOpt, JsonOpt, manual_lease, open_store, out
+from .common import DbOpt, JsonOpt, load_inventory, manual_lease, open_store, out
 
 
 def reconcile(

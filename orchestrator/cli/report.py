@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from .common import DbOpt, open_store, out, since_time
-from ..report import History, write_report
 
 
 def report(
@@ -17,6 +16,8 @@ def report(
     db: DbOpt = None,
 ) -> None:
     """Write an HTML page with nodes on, power and energy over time, migrations and downtime."""
+    from ..report import History, write_report  # matplotlib: off every other command's start-up
+
     start = since_time(since)
     with open_store(db) as store:
         h = History(

@@ -5,8 +5,9 @@ then `power_off` of nodes that ended empty. Migrations are sequenced so that eac
 within its caps when the container arrives: repeatedly run every pending move that fits now.
 When none fits (a cycle: A waits for room on B while B waits for room on A), one container is
 bounced through a staging node that is up, eligible and has room (one extra migration, priced
-into the reported objective); if no such node exists the move is dropped and the container stays
-where it is (its source then stays on). Sources may start over the cap; no step makes a target
+into the reported objective); if no such node exists, or the migration budget has no room for
+the extra move, the move is dropped and the container stays where it is (its source then stays
+on). Sources may start over the cap; no step makes a target
 exceed it, so the final state is within the cap wherever the snapshot was.
 """
 
@@ -18,6 +19,7 @@ from ..capacity import fits, node_capacity, within
 from ..errors import PlanError
 from ..model import Container, cluster_metrics
 from ..plan import Action, Plan, replay
+from .explain import explain
 from .objective import evaluate
 from .problem import Placement, PlacementProblem
 
@@ -76,6 +78,8 @@ def _sequence(
     notes: list[str] = []
     bounced: set[str] = set()
     extra = 0.0
+    budget = problem.allowance.migrations
+    spare = None if budget is None else budget - len(pending)  # bounces the budget leaves room for
     while pending:
         waiting = []
         for c in pending:
@@ -90,10 +94,11 @@ def _sequence(
             pending = waiting
             continue
         c, stage = _staging(problem, cluster, waiting, where, placement, up, bounced)
-        if stage is None:
+        if stage is None or (spare is not None and spare <= 0):
+            why = "no node has room" if stage is None else "the migration budget has no room"
             notes.append(
                 f"dropped move of {c.name} to {placement.assignment[c.name]}: no order keeps the "
-                f"cap and no node has room to stage it; it stays on {where[c.name]}"
+                f"cap and {why} to stage it; it stays on {where[c.name]}"
             )
             waiting.remove(c)
         else:
@@ -101,6 +106,7 @@ def _sequence(
             cluster.move(c, where[c.name], stage)
             where[c.name] = stage
             bounced.add(c.name)
+            spare = None if spare is None else spare - 1
             extra += problem.weights.migration_cost(c.memory_mb)
             notes.append(f"staged {c.name} on {stage} to break a cycle of moves")
         pending = waiting
@@ -152,7 +158,8 @@ def _staging(
 
 def build_plan(problem: PlacementProblem, placement: Placement, policy_name: str) -> Plan:
     """Order a placement into power_on -> migrate -> power_off actions; the plan is replayed on
-    the snapshot (raising PlanError if any step breaks a rule) and carries before/after metrics."""
+    the snapshot (raising PlanError if any step breaks a rule) and carries before/after metrics
+    and a line per container of why it moves or stays."""
     _validate(problem, placement, policy_name)
     inv, snap = problem.inventory, problem.snapshot
     cap = placement.cap if placement.cap is not None else problem.cpu_cap
@@ -183,7 +190,7 @@ def build_plan(problem: PlacementProblem, placement: Placement, policy_name: str
         score = evaluate(problem, final_node, powered).total + extra
         report = replace(report, objective=score)
         notes.append("the plan differs from the placement; the objective is the plan's")
-    return Plan(
+    plan = Plan(
         policy=policy_name,
         actions=tuple(actions),
         before=cluster_metrics(inv, snap),
@@ -192,3 +199,4 @@ def build_plan(problem: PlacementProblem, placement: Placement, policy_name: str
         based_on_version=snap.version,
         notes=tuple(notes),
     )
+    return replace(plan, explanations=explain(problem, plan))

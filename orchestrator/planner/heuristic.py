@@ -9,7 +9,8 @@
 3. Untangle: move devils off nodes where they share, and members of split groups, wherever
    the move alone lowers the objective (the pair or the span saved pays for the migration).
 
-Every decision is priced with `Packing.move_delta`, i.e. in the objective's own terms.
+Every decision is priced with `Packing.move_delta`, i.e. in the objective's own terms, and
+steps 2-3 keep within the disruption budget (`Packing.within_budget`).
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def try_drain(pack: Packing, s: int) -> bool:
         done.append(c)
     if len(done) == len(members) and total < -1e-9:
         pack.on[s] = False
-        return True
+        if pack.within_budget():
+            return True
+        pack.on[s] = True
     for c in reversed(done):
         pack.move(c, s)
     return False
@@ -164,8 +167,12 @@ def untangle(pack: Packing) -> int:
             mask[pack.assign[c]] = False
             choice = pick_target(pack, c, mask)
             if choice is not None and choice[1] < -1e-9:
+                home = int(pack.assign[c])
                 pack.move(c, choice[0])
-                moved += 1
+                if pack.within_budget():
+                    moved += 1
+                else:
+                    pack.move(c, home)
             elif inst.devil[c] and pack.devils[pack.assign[c]] >= 3:
                 moved += 2 * swap_devil(pack, c)
         if moved == before:
@@ -209,11 +216,18 @@ def swap_devil(pack: Packing, d: int) -> bool:
     _, b, t = best
     pack.move(d, b)
     pack.move(t, a)
-    return True
+    if pack.within_budget():
+        return True
+    pack.move(t, b)
+    pack.move(d, a)
+    return False
 
 
 def start(pack: Packing) -> None:
-    """The search's starting point: repair, consolidate, untangle."""
+    """The search's starting point: repair, consolidate, untangle. Repair is not held to the
+    migration budget (the cap comes first); what it spends counts against it."""
     repair(pack)
+    if pack.migration_limit is not None:
+        pack.migration_limit = max(pack.migration_limit, pack.migrations())
     consolidate(pack)
     untangle(pack)

@@ -43,6 +43,9 @@ class Instance:
     devil: np.ndarray  # bool
     group: np.ndarray  # int group id, -1 for none
     eligible: dict[int, np.ndarray]  # container -> bool mask over nodes (restricted ones only)
+    #: most migrations / power-offs the answer may hold (None: no limit; Allowance)
+    max_migrations: int | None = None
+    max_power_offs: int | None = None
 
     @classmethod
     def build(cls, problem: PlacementProblem, cap: float | None = None) -> Instance:
@@ -58,6 +61,9 @@ class Instance:
         watts += (w.off_epochs - 1.0) * watts[:, :1]  # the objective's idle price (Weights)
         initially_on = np.array([s.name in powered for s in specs], dtype=bool)
         can_off = np.array([s.can_power_off for s in specs], dtype=bool)
+        allow = problem.allowance
+        if allow.power_offs == 0 or not allow.consolidate:
+            can_off &= ~initially_on  # nothing may go off: those on stay on, those off may wake
         types: dict[tuple, int] = {}
         node_type = np.array(
             [
@@ -73,6 +79,15 @@ class Instance:
             allowed = problem.eligible.get(c.name)
             if allowed is not None:
                 eligible[i] = np.array([s.name in allowed for s in specs], dtype=bool)
+        orig = np.array([index[c.node] for c in conts], dtype=np.int64)
+        cpu = np.array([c.cpu for c in conts], dtype=float)
+        mem = np.array([c.memory_mb for c in conts], dtype=float)
+        if not allow.consolidate:  # only cap fixes: containers on nodes within the caps stay
+            n = len(specs)
+            load, used = np.bincount(orig, cpu, n), np.bincount(orig, mem, n)
+            ok = capacity.fits(load, used, cpu_cap, mem_cap)
+            for i in np.flatnonzero(ok[orig]).tolist():
+                eligible[i] = np.arange(n) == orig[i]
         return cls(
             problem=problem,
             cap=cap,
@@ -86,9 +101,9 @@ class Instance:
             usable=initially_on | can_off,
             node_type=node_type,
             names=tuple(c.name for c in conts),
-            cpu=np.array([c.cpu for c in conts], dtype=float),
-            mem=np.array([c.memory_mb for c in conts], dtype=float),
-            orig=np.array([index[c.node] for c in conts], dtype=np.int64),
+            cpu=cpu,
+            mem=mem,
+            orig=orig,
             mig_cost=np.array([w.migration_cost(c.memory_mb) for c in conts], dtype=float),
             devil=np.array([c.cls is ContainerClass.DEVIL for c in conts], dtype=bool),
             group=np.array(
@@ -96,6 +111,8 @@ class Instance:
                 dtype=np.int64,
             ),
             eligible=eligible,
+            max_migrations=allow.migrations,
+            max_power_offs=allow.power_offs,
         )
 
     @property

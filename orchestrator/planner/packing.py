@@ -28,6 +28,10 @@ class Packing:
         self.inst = inst
         self.assign = (inst.orig if assign is None else assign).copy()
         self.on = (inst.initially_on if on is None else on).copy()
+        #: the disruption budget (None: no limit); `heuristic.repair` may raise the migration
+        #: limit to what fixing the caps takes, since a cap violation is never left standing
+        self.migration_limit = inst.max_migrations
+        self.power_off_limit = inst.max_power_offs
         n = inst.n_nodes
         self.load = np.bincount(self.assign, inst.cpu, minlength=n).astype(float)
         self.mem = np.bincount(self.assign, inst.mem, minlength=n).astype(float)
@@ -40,7 +44,9 @@ class Packing:
             self.groups.setdefault(int(inst.group[c]), Counter())[int(self.assign[c])] += 1
 
     def copy(self) -> Packing:
-        return Packing(self.inst, self.assign, self.on)
+        twin = Packing(self.inst, self.assign, self.on)
+        twin.migration_limit = self.migration_limit
+        return twin
 
     # -- changes -------------------------------------------------------------------------------
 
@@ -83,6 +89,20 @@ class Packing:
         idx = slice(None) if nodes is None else nodes
         room = inst.fits(self.load[idx] + inst.cpu[c], self.mem[idx] + inst.mem[c], idx)
         return self.on[idx] & inst.allowed(c)[idx] & room
+
+    def migrations(self) -> int:
+        """Containers away from the node they run on now."""
+        return int((self.assign != self.inst.orig).sum())
+
+    def power_offs(self) -> int:
+        """Nodes on now that this placement switches off."""
+        return int((self.inst.initially_on & ~self.on).sum())
+
+    def within_budget(self) -> bool:
+        """Whether the migrations and power-offs fit the disruption budget."""
+        return (self.migration_limit is None or self.migrations() <= self.migration_limit) and (
+            self.power_off_limit is None or self.power_offs() <= self.power_off_limit
+        )
 
     def over_cap(self) -> np.ndarray:
         """Bool mask of nodes whose CPU or memory load does not fit their capacity."""

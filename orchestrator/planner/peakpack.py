@@ -10,7 +10,7 @@ least as good, keep it: moves must pay for themselves.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..plan import SolverReport
 from .bounds import lower_bound
@@ -35,6 +35,7 @@ class Peakpack:
     def solve(self, problem: PlacementProblem) -> Placement:
         started = time.perf_counter()
         deadline = started + problem.time_limit_s * (1 - _MARGIN)
+        opts = self.search.resolved()
         inst = Instance.build(problem)
         bound = lower_bound(inst)
         current = Packing(inst)
@@ -42,11 +43,11 @@ class Peakpack:
         if int(inst.usable.sum()) > self.pod_nodes:
             from .pods import solve_in_pods  # imported lazily: only large problems need it
 
-            pack, outcome = solve_in_pods(self, inst, deadline, bound)
+            pack, outcome = solve_in_pods(replace(self, search=opts), inst, deadline, bound)
         else:
             pack = current.copy()
             start(pack)
-            outcome = improve(pack, deadline, self.search, problem.seed, bound)
+            outcome = improve(pack, deadline, opts, problem.seed, bound)
         status = (
             "INFEASIBLE"
             if infeasible_nodes(pack).any()

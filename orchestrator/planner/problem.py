@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
+from ..budgets import Allowance
 from ..model import ClusterSnapshot, Inventory
 from ..plan import SolverReport
+from ..settings import PlannerSettings
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,13 @@ class Weights:
     #: powered node's idle power counts this many times (1: only the epoch planned)
     off_epochs: float = 1.0
 
+    @classmethod
+    def from_settings(cls, settings: PlannerSettings, epoch_seconds: float) -> "Weights":
+        """The settings' energies spread over one epoch (J / s = W)."""
+        return cls(migration_w=settings.migration_j / epoch_seconds,
+                   migration_w_per_gb=settings.migration_j_per_gb / epoch_seconds,
+                   off_epochs=settings.off_epochs)
+
     def migration_cost(self, memory_mb: float) -> float:
         return self.migration_w + self.migration_w_per_gb * memory_mb / 1024.0
 
@@ -50,6 +59,8 @@ class PlacementProblem:
     eligible: Mapping[str, frozenset[str]] = field(default_factory=dict)
     cap: float | None = None
     seed: int = 0
+    #: what budgets and windows allow this epoch (orchestrator/budgets.py); default: anything
+    allowance: Allowance = field(default_factory=Allowance)
 
     @property
     def cpu_cap(self) -> float:

@@ -4,7 +4,8 @@ Large-neighbourhood search: pick a handful of nodes (one to drain and some with 
 efficient node that is off with the least efficient ones that are on; nodes where devils share
 or a group is split; or random ones), let CP-SAT re-place their containers exactly, and keep the
 answer only if the true objective (`Packing.local_objective`, i.e. `objective.evaluate`'s terms)
-falls. It stops at the time limit, when within `target_gap` of the lower bound, or after
+falls. The whole model stops once CP-SAT proves its answer within `target_gap` of the optimum;
+LNS stops at the time limit, when within `target_gap` of the lower bound, or after
 `patience` neighbourhoods in a row without a gain worth `min_gain` of the objective. Sub-solves
 are bounded by CP-SAT's deterministic time, so a run is repeatable for a given seed unless the
 wall-clock limit binds.
@@ -12,13 +13,15 @@ wall-clock limit binds.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..settings import PlannerSettings
 from .cpsat import SubResult, solve_nodes
 from .instance import TINY
 from .packing import Packing
@@ -28,14 +31,25 @@ from .packing import Packing
 class SearchOptions:
     """Knobs of the search; the defaults are what the bench and the simulator run."""
 
-    workers: int = 2  # CP-SAT workers for the whole model; pods run in this many processes
+    #: CP-SAT workers for the whole model; pods run in this many processes (None: the cores)
+    workers: int | None = None
     exact_limit: int = 2500  # solve the whole model at once up to this many x[c,n] variables
     neighbourhood_nodes: int = 6
     neighbourhood_containers: int = 60
     patience: int = 8  # neighbourhoods in a row without a significant gain
     min_gain: float = 1e-4  # a gain below this share of the objective does not reset patience
-    target_gap: float = 0.01
+    #: stop once proven within this share of the optimum (None: `PlannerSettings`' default)
+    target_gap: float | None = None
     sub_deterministic_s: float = 0.05
+
+    def resolved(self) -> SearchOptions:
+        """Concrete knobs: the values given (`make_plan` passes `PlannerSettings`' workers and
+        relative gap), else the machine's cores and the settings' default gap."""
+        return replace(
+            self,
+            workers=self.workers or os.cpu_count() or 1,
+            target_gap=PlannerSettings.relative_gap if self.target_gap is None else self.target_gap,
+        )
 
 
 @dataclass
@@ -87,6 +101,7 @@ def solve_whole(pack: Packing, deadline: float, opts: SearchOptions, seed: int) 
         nodes,
         time_limit_s=max(deadline - time.perf_counter(), 0.01),
         workers=opts.workers,
+        relative_gap=opts.target_gap,
         seed=seed,
     )
     if res is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
@@ -19,8 +20,10 @@ from ..capacity import within
 from ..errors import PeakpackError
 from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
 from ..plan import ActionKind
-from ..planner.problem import Weights
+from ..forecast import forecast, window_epochs
+from ..planner.rules import Facts
 from ..planning import make_plan
+from ..settings import PlannerSettings
 from .engine import SimState
 from .scenario import Scenario
 
@@ -191,27 +194,32 @@ def _pabfd_into(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[
 # -- the production planner ----------------------------------------------------------------------
 
 
+#: the simulated clock: step t is at SIM_T0 + t x the scenario's step
+SIM_T0 = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
 @dataclass
 class PlannerPolicy:
-    """Any registry policy of the production planner, on a forecast snapshot every step."""
+    """Any registry policy of the production planner, on a forecast snapshot every step, with
+    exactly the service's settings (`PlannerSettings`, default: the defaults) on the scenario's
+    epoch: the forecast rule (orchestrator/forecast.py), the weights, the power rules and the
+    hysteresis, fed by what the policy remembers as the store would (wake-ups, moves)."""
 
     name: str
     planner: str = "peakpack"
-    cap: float = 0.70
-    #: forecast = mean demand of the last two hours: a consolidation should last at least that long,
-    #: so it is planned against that horizon, not against the last five minutes' noise
-    window: int = 24
-    headroom: float = 0.0           # std deviations above the mean (measured: 1.0 costs +16% energy)
-    time_limit_s: float = 2.0
-    #: W over one 300 s step = 4.5 kJ per migration: about what source and target draw while a
-    #: 1.7 GB VM copies at 62.5 MB/s (28 s); None would use the planner's default Weights
-    migration_w: float | None = 15.0
-    #: a drained host stays off for hours, but the forecast is only good for the next steps and
-    #: each drain packs the rest tighter (so more evictions later): count its idle power for
-    #: 1.5 steps, so a drain pays for up to 9 moves instead of 6 (docs/simulator.md)
-    off_epochs: float = 1.5
-    at_least_last: bool = False
+    settings: PlannerSettings = field(default_factory=PlannerSettings)
     _inventory: Inventory | None = field(default=None, init=False, repr=False)
+    _facts: Facts = field(default_factory=Facts, init=False, repr=False)
+
+    @property
+    def cap(self) -> float:
+        return self.settings.cap
+
+    @cap.setter
+    def cap(self, value: float) -> None:
+        """`--cap` and the cap sweep: the same settings with another cap."""
+        self.settings = replace(self.settings, cap=value)
+        self._inventory = None
 
     def inventory(self, st: SimState) -> Inventory:
         if self._inventory is None:
@@ -221,18 +229,15 @@ class PlannerPolicy:
                          memory_mb=4096, power=s.host_curves[h])
                 for h in range(len(s.host_mips))
             )
-            self._inventory = Inventory(ClusterConfig("sim", cap=self.cap, memory_cap=1.0,
-                                                      epoch_seconds=s.step_seconds), nodes)
+            cluster = ClusterConfig("sim", cap=self.settings.cap, memory_cap=self.settings.memory_cap,
+                                    epoch_seconds=s.step_seconds)
+            self._inventory = Inventory(cluster, nodes, planner=self.settings)
         return self._inventory
 
     def forecast(self, st: SimState) -> np.ndarray:
-        """Mean of the last `window` observations + headroom x their std, within one core;
-        with `at_least_last`, never below the last observation."""
-        h = st.history(self.window)
-        pred = h.mean(axis=1) + self.headroom * h.std(axis=1)
-        if self.at_least_last:
-            pred = np.maximum(pred, h[:, -1])
-        return np.minimum(pred, st.s.host_core_mips.max())
+        """The service's forecast over the trace's past steps, within one core."""
+        history = st.history(window_epochs(self.settings.forecast, st.s.step_seconds))
+        return np.minimum(forecast(history, self.settings.forecast), st.s.host_core_mips.max())
 
     def initial_placement(self, st: SimState, pred: np.ndarray) -> np.ndarray:
         """First fit decreasing onto the hosts with the least watts per MIPS at the cap: what an
@@ -258,19 +263,23 @@ class PlannerPolicy:
         if first:
             placement = self.initial_placement(st, pred)
         on = set(int(h) for h in placement)
+        now = SIM_T0 + timedelta(seconds=st.t * s.step_seconds)
         snap = ClusterSnapshot(
             nodes=tuple(NodeState(f"h{h}", powered=h in on) for h in range(len(s.host_mips))),
             containers=tuple(Container(name=f"v{v}", node=f"h{int(placement[v])}", cpu=float(pred[v]) / MIPS_PER_CPU,
                                        memory_mb=0.0) for v in range(len(pred))),
+            taken_at=now,
         )
-        weights = Weights(off_epochs=self.off_epochs)
-        if self.migration_w is not None:
-            weights = replace(weights, migration_w=self.migration_w)
-        plan = make_plan(inv, snap, policy=self.planner, time_limit_s=self.time_limit_s, weights=weights)
+        plan = make_plan(inv, snap, policy=self.planner, settings=self.settings, facts=self._facts)
         moves = {v: int(placement[v]) for v in range(len(pred))} if first else {}
+        moved, woken = dict(self._facts.moved_at), dict(self._facts.woken_at)
         for a in plan.actions:
             if a.kind is ActionKind.MIGRATE and a.container and a.target:
                 moves[int(a.container[1:])] = int(a.target[1:])
+                moved[a.container] = now
+            elif a.kind is ActionKind.POWER_ON and a.node:
+                woken[a.node] = now
+        self._facts = Facts(woken_at=woken, moved_at=moved)
         return moves
 
 
@@ -300,7 +309,7 @@ POLICIES = {
     "npa": Npa,
     "thr-mmt-0.8": lambda: Beloglazov("thr-mmt-0.8", threshold=0.8),
     "lr-mmt-1.2": lambda: Beloglazov("lr-mmt-1.2", regression_safety=1.2),
-    "bestfit95": lambda: PlannerPolicy("bestfit95", planner="bestfit95", cap=0.95),
+    "bestfit95": lambda: PlannerPolicy("bestfit95", planner="bestfit95", settings=PlannerSettings(cap=0.95)),
     "spread": lambda: PlannerPolicy("spread", planner="spread"),
     "ffd": lambda: PlannerPolicy("ffd", planner="ffd"),
 }

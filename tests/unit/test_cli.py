@@ -27,7 +27,9 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     db = tmp_path / "pp.db"
     proc = run("plan", "--json", "--time-limit", "5", db=db)
     plan = json.loads(proc.stdout)
-    assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable", "held"}
+    assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable", "held",
+                         "status", "expires_at", "prediction"}
+    assert plan["status"] == "RECOMMENDED"
     assert plan["held"] == {}
     assert plan["immovable"] == []  # the demo's containers can all move
     assert plan["dry_run"] is True and plan["policy"] == "peakpack"
@@ -46,7 +48,12 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     assert kinds.index("power_off") > max(i for i, k in enumerate(kinds) if k == "migrate")
     for a in plan["actions"]:
         keys = {"kind", "container", "source", "target"} if a["kind"] == "migrate" else {"kind", "node"}
-        assert set(a) == keys
+        assert set(a) == keys | {"prediction"}
+    # the prediction's total is the sum of its actions' parts; migrations are frozen, power actions not
+    total = plan["prediction"]
+    assert total["frozen_source"] == "default" and total["horizon_s"] > 0
+    assert abs(total["energy_saved_j"] - sum(a["prediction"]["energy_saved_j"] for a in plan["actions"])) <= 1
+    assert all(("frozen_ms" in a["prediction"]) == (a["kind"] == "migrate") for a in plan["actions"])
 
     plans = json.loads(run("history", "plans", "--json", db=db).stdout)
     assert [p["plan_id"] for p in plans] == [plan["plan_id"]]

@@ -84,3 +84,13 @@ def test_the_core_imports_no_io_package() -> None:
 @pytest.mark.parametrize("package", sorted(OWNERS))
 def test_one_module_owns_each_transport(package: str) -> None:
     assert importers(package) <= set(OWNERS[package])
+
+
+@pytest.mark.parametrize("package", ["starlette", "uvicorn", "jinja2"])
+def test_only_the_web_page_serves_http(package: str) -> None:
+    assert {p for p in importers(package) if not p.startswith("orchestrator/web/")} == set()
+
+
+@pytest.mark.parametrize("package", ["orchestrator.cli", "lab", "orchestrator.remote", "migrate", "power"])
+def test_the_web_page_reads_the_store_and_applies_through_orchestrator_apply(package: str) -> None:
+    assert {p for p in importers(package) if p.startswith("orchestrator/web/")} == set()

@@ -11,7 +11,7 @@ from orchestrator.names import container_name
 from migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
 from orchestrator.errors import NodeError, PeakpackError, PowerError
 from orchestrator.model import BmcConfig, Container, ContainerClass
-from orchestrator.observe import parse_containers, parse_size_mb, parse_stats
+from orchestrator.observe import parse_containers, parse_usage
 from power.ipmi import ipmitool_argv, parse_dcmi, parse_status
 
 INSPECT = [{
@@ -32,12 +32,13 @@ def test_unsafe_container_names_are_refused(bad: str) -> None:
 
 
 def test_observer_prefers_declared_demand_and_reads_labels() -> None:
-    stats = '{"Name": "web-1", "CPUPerc": "12.50%", "MemUsage": "20MiB / 1GiB"}\n'
-    [c] = parse_containers("node-1", json.dumps(INSPECT), stats)
+    usage = parse_usage("node-1", "# 10.0\nweb-1 0 20971520\n# 11.0\nweb-1 125000000 20971520\n")
+    [c], declared = parse_containers("node-1", json.dumps(INSPECT), usage)
+    assert declared == {"web-1"}
     assert (c.cpu, c.memory_mb, c.cls, c.group, c.node) == (1.5, 20.0, ContainerClass.DEVIL, "shop", "node-1")
-    assert parse_size_mb("1.5GiB") == 1536 and parse_stats("n", stats)["web-1"] == (0.125, 20.0)
+    assert usage["web-1"].sample_cores == 0.125
     with pytest.raises(NodeError, match="node-1"):
-        parse_containers("node-1", json.dumps(INSPECT), "garbage")
+        parse_containers("node-1", "garbage", usage)
 
 
 def test_pinning_gives_devils_their_own_cores_on_distinct_caches() -> None:

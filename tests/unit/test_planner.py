@@ -144,10 +144,20 @@ def test_eligibility_is_respected() -> None:
 def test_small_cases_reach_the_brute_force_optimum(seed: int) -> None:
     problem = tiny_problem(seed)
     best = brute_force_optimum(problem)
-    placement = solve(problem)
+    placement = solve(problem, target_gap=0.0)  # the model is exact: proven optimal, no gap
     assert placement.report.status == "OPTIMAL"
     assert placement.report.objective == pytest.approx(best, abs=1e-6)
     assert placement.report.bound <= placement.report.objective + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_with_a_relative_gap_the_answer_is_within_it_of_the_optimum(seed: int) -> None:
+    problem = tiny_problem(seed)
+    best = brute_force_optimum(problem)
+    placement = solve(problem, target_gap=0.05)
+    assert best - 1e-6 <= placement.report.objective <= best * 1.05 + 1e-6
+    assert placement.report.bound <= best + 1e-6
+    assert placement.report.status == "OPTIMAL" or placement.report.objective > placement.report.bound
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -177,9 +187,9 @@ def test_local_search_stops_at_its_deadline_and_only_improves() -> None:
     pack = Packing(Instance.build(problem))
     start(pack)
     begin = pack.objective()
-    late = local_search(pack, time.perf_counter() - 1, SearchOptions(), 0, begin, 0.0)
+    late = local_search(pack, time.perf_counter() - 1, SearchOptions().resolved(), 0, begin, 0.0)
     assert late.neighbourhoods == 0
-    outcome = local_search(pack, time.perf_counter() + 3, SearchOptions(patience=5), 0, begin, 0.0)
+    outcome = local_search(pack, time.perf_counter() + 3, SearchOptions(patience=5).resolved(), 0, begin, 0.0)
     assert outcome.neighbourhoods >= 1
     assert pack.objective() <= begin + 1e-9
     assert not pack.over_cap().any()

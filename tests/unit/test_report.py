@@ -38,3 +38,18 @@ def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert "3 migrations" in page and "median downtime 1200 ms" in page and "90.0 kJ measured" in page
     assert "node-3" in page and "power_off" in page
+
+
+def test_modelled_energy_is_never_reported_as_measured(tmp_path: Path) -> None:
+    from orchestrator.report import History, energy_split, write_report
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 9_000.0, "rapl", idle_j=6_000.0, residual_j=1_000.0),
+            EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 3_000.0, "rapl", container="web-1"),
+            EnergyRow("node-2", t0, t0 + timedelta(seconds=60), 7_000.0, "model", idle_j=6_000.0, residual_j=1_000.0)]
+    h = History(energy=[r.to_json() for r in rows])
+    split = energy_split(h)
+    assert split["rapl"] == {"total": 9.0, "idle": 6.0, "residual": 1.0, "containers": 2.0}
+    assert split["model"]["total"] == 7.0
+    page = write_report(h, tmp_path).read_text()
+    assert "9.0 kJ measured" in page and "7.0 kJ modelled" in page and "model (power curve, not measured)" in page

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import db.store
+from db.records import DemandRecord, PlanStatus
 from db.store import (ActionState, EnergyRow, EnergySample, FencedError, MigrationState, Store,
                       parse_duration)
 from orchestrator.config import demo_inventory, demo_snapshot
@@ -203,6 +204,11 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "set_idle_since": lambda: old.set_idle_since("node-3", t0),
             "add_energy_samples": lambda: old.add_energy_samples([EnergySample("node-1", t0, "rapl", energy_uj=1)]),
             "add_energy": lambda: old.add_energy([EnergyRow("node-1", t0, t0 + timedelta(seconds=1), 1.0, "rapl")]),
+            "add_demand": lambda: old.add_demand([DemandRecord(t0, "web-1", "node-1", 60.0, 0.5, 10**9, 10.0,
+                                                               "cgroup")]),
+            "set_plan_status": lambda: old.set_plan_status(plan_id, PlanStatus.APPLYING,
+                                                           only_from=[PlanStatus.RECOMMENDED]),
+            "expire_plans": lambda: old.expire_plans(),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for name, write in writes.items():
@@ -215,6 +221,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
         assert old.list_pinnings() == [] and old.quarantined() == {} and old.idle_since("node-3") is None
         assert [p.state for p in old.list_power_events()] == ["ONGOING"]
         assert old.energy_samples("node-1", "rapl") == [] and old.list_energy() == []
+        assert old.demand_history() == []
     store.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
     store.fence(None)
     with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before

@@ -1,0 +1,169 @@
+"""What a plan predicts, so that the ledger can check it afterwards (`history plans`).
+
+Energy saved over the forecast horizon (`PlannerSettings.forecast.window_seconds`): the plan is
+replayed action by action and each action is credited with the drop in the cluster's modelled
+power it causes (the nodes' power curves at their loads, as `cluster_metrics` computes the plan's
+"before" and "after"), held over the horizon, minus its migration energy. The parts add up to
+(before - after) x horizon - migration energy.
+
+Frozen time of each migration: a least-squares line of frozen ms over the container's memory MB,
+fitted to the SUCCEEDED migrations in the store, or, until there are `MIN_FIT_POINTS` of them, the
+line measured on the lab (docs/migration.md, "touched MB" vs "frozen s": 2.7-3.4 s at 16 MB,
+6-7 s at 64 MB, 19-25 s at 256 MB). Pure: data in, data out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from .model import ClusterSnapshot, Inventory, cluster_metrics
+from .plan import ActionKind, Plan, apply_action
+from .settings import PlannerSettings
+
+#: frozen ms = DEFAULT_FROZEN_MS + DEFAULT_FROZEN_MS_PER_MB x memory MB until the store has a fit
+DEFAULT_FROZEN_MS = 2000.0
+DEFAULT_FROZEN_MS_PER_MB = 80.0
+#: SUCCEEDED migrations needed before the fit replaces the default
+MIN_FIT_POINTS = 3
+
+
+@dataclass(frozen=True)
+class FrozenModel:
+    """frozen ms = intercept + slope x memory MB; `source` is "fit" or "default"."""
+
+    intercept_ms: float
+    ms_per_mb: float
+    source: str
+    points: int = 0
+
+    def at(self, memory_mb: float) -> float:
+        return max(0.0, self.intercept_ms + self.ms_per_mb * memory_mb)
+
+
+def frozen_model(history: Sequence[tuple[float, float]]) -> FrozenModel:
+    """Fit frozen ms to memory MB over `history` ((memory MB, frozen ms) of SUCCEEDED
+    migrations); the lab's default until there are MIN_FIT_POINTS. When every point has the same
+    memory size the slope cannot be fitted: the default's slope through their mean."""
+    if len(history) < MIN_FIT_POINTS:
+        return FrozenModel(DEFAULT_FROZEN_MS, DEFAULT_FROZEN_MS_PER_MB, "default", len(history))
+    mem = np.array([m for m, _ in history], dtype=float)
+    ms = np.array([f for _, f in history], dtype=float)
+    if np.ptp(mem) < 1e-9:
+        slope = DEFAULT_FROZEN_MS_PER_MB
+        return FrozenModel(float(ms.mean() - slope * mem.mean()), slope, "fit", len(history))
+    slope, intercept = np.polyfit(mem, ms, 1)
+    return FrozenModel(float(intercept), float(slope), "fit", len(history))
+
+
+def migration_energy_j(settings: PlannerSettings, memory_mb: float) -> float:
+    """The energy one migration costs (settings: a fixed part and a part per GB copied)."""
+    return settings.migration_j + settings.migration_j_per_gb * memory_mb / 1024.0
+
+
+@dataclass(frozen=True)
+class ActionPrediction:
+    energy_saved_j: float
+    power_saved_w: float
+    migration_j: float = 0.0
+    frozen_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"energy_saved_j": round(self.energy_saved_j, 1),
+                             "power_saved_w": round(self.power_saved_w, 3)}
+        if self.frozen_ms is not None:
+            d.update(migration_j=round(self.migration_j, 1), frozen_ms=round(self.frozen_ms, 1))
+        return d
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A plan's prediction in total and per action (in the plan's order)."""
+
+    horizon_s: float
+    actions: tuple[ActionPrediction, ...]
+    frozen: FrozenModel
+
+    @property
+    def energy_saved_j(self) -> float:
+        return sum(a.energy_saved_j for a in self.actions)
+
+    @property
+    def frozen_ms(self) -> float:
+        return sum(a.frozen_ms or 0.0 for a in self.actions)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan's total (`plans.prediction_json`, `peakpack plan --json` "prediction")."""
+        return {
+            "horizon_s": self.horizon_s,
+            "energy_saved_j": round(self.energy_saved_j, 1),
+            "power_saved_w": round(sum(a.power_saved_w for a in self.actions), 3),
+            "migration_j": round(sum(a.migration_j for a in self.actions), 1),
+            "frozen_ms": round(self.frozen_ms, 1),
+            "frozen_source": self.frozen.source,
+            "frozen_fit": {"intercept_ms": round(self.frozen.intercept_ms, 1),
+                           "ms_per_mb": round(self.frozen.ms_per_mb, 3), "points": self.frozen.points},
+            "source": "model",
+        }
+
+
+def predict(inventory: Inventory, snapshot: ClusterSnapshot, plan: Plan, settings: PlannerSettings,
+            frozen_history: Sequence[tuple[float, float]]) -> Prediction:
+    """Predict `plan`'s energy saved over the forecast horizon and each migration's frozen time."""
+    horizon = settings.forecast.window_seconds
+    model = frozen_model(frozen_history)
+    memory = {c.name: c.memory_mb for c in snapshot.containers}
+    state = snapshot
+    power = cluster_metrics(inventory, state).power_w
+    out: list[ActionPrediction] = []
+    for action in plan.actions:
+        state = apply_action(inventory, state, action)
+        after = cluster_metrics(inventory, state).power_w
+        saved_w = power - after
+        power = after
+        if action.kind is ActionKind.MIGRATE:
+            assert action.container is not None
+            mb = memory[action.container]
+            cost = migration_energy_j(settings, mb)
+            out.append(ActionPrediction(saved_w * horizon - cost, saved_w, cost, model.at(mb)))
+        else:
+            out.append(ActionPrediction(saved_w * horizon, saved_w))
+    return Prediction(horizon, tuple(out), model)
+
+
+
+
+def check_prediction(applied_at: datetime, after_w: float, prediction: dict[str, Any] | None,
+                     energy: Sequence[tuple[datetime, datetime, float, str]],
+                     frozen_ms: Sequence[float]) -> dict[str, Any]:
+    """The ledger's side of a plan (`history plans`): what was measured against what it predicted.
+
+    Energy: the nodes' energy rows ((start, end, J, source), not the per-container split) that
+    lie within the forecast horizon after the plan, against the plan's "after" power over the same
+    seconds plus its migration energy: the energy the plan predicted the cluster would use then.
+    Rows of later plans' epochs count too: the horizon is what the plan was chosen for. Downtime:
+    the frozen ms of the plan's own migrations, against the predicted sum.
+    """
+    horizon = float((prediction or {}).get("horizon_s", 0.0))
+    end = applied_at + timedelta(seconds=horizon)
+    rows = [r for r in energy if r[0] >= applied_at and r[1] <= end]
+    covered = max(((r[1] - applied_at).total_seconds() for r in rows), default=0.0)
+    out: dict[str, Any] = {
+        "measured_frozen_ms": round(sum(frozen_ms), 1) if frozen_ms else None,
+        "predicted_frozen_ms": None if prediction is None else prediction.get("frozen_ms"),
+        "measured_s": round(covered, 1),
+        "measured_energy_j": round(sum(r[2] for r in rows), 1) if rows else None,
+        "measured_source": "+".join(sorted({r[3] for r in rows})) or None,
+        "predicted_energy_j": None,
+    }
+    if prediction is not None and rows:
+        out["predicted_energy_j"] = round(after_w * covered + float(prediction.get("migration_j", 0.0)), 1)
+    return out
+
+
+__all__ = ["ActionPrediction", "FrozenModel", "Prediction", "check_prediction", "frozen_model", "migration_energy_j",
+           "predict"]

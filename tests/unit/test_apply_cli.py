@@ -1,0 +1,74 @@
+"""`peakpack plan show`, `apply` and `reject` as an operator runs them (real subprocesses, a real
+SQLite file): a stored plan is shown with its status, and every plan `apply` may not run (unknown,
+made for another inventory, expired, already decided) is refused in one line, exit 2, before any
+node is contacted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "inventory" / "demo.toml"
+SNAPSHOT = REPO / "inventory" / "demo-snapshot.json"
+
+
+def run(*args: str, db: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PEAKPACK_DB": f"sqlite:///{db}", "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=300)
+    assert not check or proc.returncode == 0, proc.stderr
+    return proc
+
+
+def refused(proc: subprocess.CompletedProcess[str], text: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], proc.stderr
+
+
+def make_plan(db: Path, inventory: Path = DEMO) -> dict:
+    return json.loads(run("plan", "--inventory", str(inventory), "--snapshot", str(SNAPSHOT), "--policy", "ffd",
+                          "--json", db=db).stdout)
+
+
+def test_show_then_refusals_then_reject(tmp_path: Path) -> None:
+    db = tmp_path / "pp.db"
+    plan = make_plan(db)
+    pid = plan["plan_id"]
+    assert plan["status"] == "RECOMMENDED" and plan["actions"]
+    table = run("plan", "show", str(pid), db=db).stdout
+    assert f"Plan {pid} (demo, ffd): RECOMMENDED" in table and "PENDING" in table
+    assert f"peakpack apply {pid} --inventory FILE" in table
+    shown = json.loads(run("plan", "show", str(pid), "--json", db=db).stdout)
+    assert shown["status"] == "RECOMMENDED" and len(shown["actions"]) == len(plan["actions"])
+    assert shown["prediction"] == plan["prediction"]
+    assert [a["prediction"] for a in shown["actions"]] == [a["prediction"] for a in plan["actions"]]
+
+    refused(run("plan", "show", "999", db=db, check=False), "PLAN_ID: no plan 999 in this store")
+    refused(run("apply", "999", "--inventory", str(DEMO), db=db, check=False), "PLAN_ID: no plan 999 in this store")
+    refused(run("apply", str(pid), db=db, check=False), "--inventory: give the inventory the plan was made with")
+    refused(run("apply", str(pid), "--inventory", str(REPO / "inventory" / "example.toml"), db=db, check=False),
+            f"--inventory: plan {pid} was made for another inventory")
+
+    run("reject", str(pid), db=db)
+    refused(run("apply", str(pid), "--inventory", str(DEMO), db=db, check=False),
+            f"PLAN_ID: plan {pid} is already REJECTED by cli:")
+    assert json.loads(run("plan", "show", str(pid), "--json", db=db).stdout)["status"] == "REJECTED"
+
+
+def test_an_expired_plan_is_refused_and_a_bad_ttl_names_its_key(tmp_path: Path) -> None:
+    db = tmp_path / "pp.db"
+    inventory = tmp_path / "demo.toml"
+    inventory.write_text(DEMO.read_text() + "\n[review]\nplan_ttl_seconds = 0.001\n")
+    pid = make_plan(db, inventory)["plan_id"]
+    refused(run("apply", str(pid), "--inventory", str(inventory), db=db, check=False),
+            f"PLAN_ID: plan {pid} expired at ")
+    assert json.loads(run("plan", "show", str(pid), "--json", db=db).stdout)["status"] == "EXPIRED"
+
+    inventory.write_text(DEMO.read_text() + "\n[review]\nplan_ttl_seconds = -5\n")
+    refused(run("plan", "--inventory", str(inventory), "--snapshot", str(SNAPSHOT), db=db, check=False),
+            "review.plan_ttl_seconds")

@@ -1,0 +1,54 @@
+"""Every container of a plan gets one line of why it moves or stays, naming the real reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from db.store import Store
+from orchestrator.budgets import Allowance
+from orchestrator.model import Container
+from orchestrator.planner.build import build_plan
+from orchestrator.planner.registry import get_policy
+from orchestrator.planner.synthetic import node, problem_from
+
+
+def explained(allow: Allowance = Allowance(), hot: float = 0.0, pinned: bool = False):
+    nodes = [node("head", 4, head=True)] + [node(f"w{i}", 10, 65536, 100, 200) for i in range(4)]
+    containers = [Container(f"c{i}-{j}", f"w{i}", 1.0, 512) for i in range(4) for j in range(2)]
+    if hot:
+        containers.append(Container("hot", "w0", hot, 512))
+    if pinned:
+        containers.append(Container("db", "w3", 0.5, 512, immovable="opted out with the label peakpack.migrate=false"))
+    problem = replace(problem_from(nodes, containers, time_limit_s=5), allowance=allow)
+    plan = build_plan(problem, get_policy("peakpack").solve(problem), "peakpack")
+    assert set(plan.explanations) == {c.name for c in containers}
+    return plan, plan.explanations, problem
+
+
+def test_a_move_names_the_node_it_empties_and_the_watts_saved() -> None:
+    plan, why, _ = explained()
+    off = {a.node for a in plan.actions if a.kind.value == "power_off"}
+    assert off
+    for a in plan.migrations:
+        assert why[a.container].startswith(f"moves {a.source} -> {a.target}: empties {a.source}")
+        assert "W (power model" in why[a.container]
+    stays = [c for c in why if c not in {a.container for a in plan.migrations}]
+    assert stays and all("not worth its migration cost" in why[c] for c in stays)
+
+
+def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
+    _, why, _ = explained(Allowance(migrations=1, migrations_why="budget: 1 migrations per epoch"), pinned=True)
+    assert why["db"] == "stays on w3: cannot be live-migrated (opted out with the label peakpack.migrate=false)"
+    assert "migration budget leaves 1" in why["c0-0"] and "budget: 1 migrations per epoch" in why["c0-0"]
+    plan, why, _ = explained(Allowance(consolidate=False, power_offs=0, consolidate_why="window mon 08:00-18:00"),
+                          hot=6.0)
+    assert all(why[a.container].endswith("over the 70% CPU cap or its memory cap") for a in plan.migrations)
+    assert "maintenance window mon 08:00-18:00" in why["c1-0"]
+
+
+def test_the_store_keeps_the_explanations(tmp_path: Path) -> None:
+    plan, why, problem = explained()
+    with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
+        plan_id = store.save_plan(plan, inventory="synthetic", snapshot=problem.snapshot)
+        assert store.plan_explanations(plan_id) == why

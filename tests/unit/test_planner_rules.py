@@ -1,0 +1,156 @@
+"""Power decisions and hysteresis as problem data (orchestrator/planner/rules.py): the objective
+sees them, so no plan migrates to empty a node that then stays on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from orchestrator.config import demo_inventory, demo_snapshot
+from orchestrator.model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState, PowerCurve
+from orchestrator.plan import ActionKind, Plan
+from orchestrator.planner.rules import Facts, break_even_seconds, idle_updates
+from orchestrator.planning import make_plan
+from orchestrator.settings import PlannerSettings
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+
+
+def two_light_nodes(settings: PlannerSettings = PlannerSettings()) -> tuple[Inventory, ClusterSnapshot]:
+    """Two powered 8-core workers with one small container each: draining one pays (100 W idle)."""
+    nodes = tuple(NodeSpec(f"w{i}", f"10.0.0.{i + 1}", 8, 16384, PowerCurve.linear(100, 200)) for i in range(2))
+    inv = Inventory(ClusterConfig("t", cap=settings.cap, memory_cap=settings.memory_cap, epoch_seconds=600),
+                    nodes, planner=settings)
+    snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")),
+                           containers=(Container("a", "w0", 1.0, 512), Container("b", "w1", 1.0, 512)),
+                           taken_at=NOW)
+    return inv, snap
+
+
+def kinds(plan: Plan) -> list[ActionKind]:
+    return [a.kind for a in plan.actions]
+
+
+def emptied_but_on(plan: Plan, snap: ClusterSnapshot) -> set[str]:
+    """Nodes the plan's migrations empty that it does not switch off."""
+    hosts = {c.node for c in snap.containers}
+    after = {c.name: c.node for c in snap.containers}
+    for a in plan.migrations:
+        assert a.container and a.target
+        after[a.container] = a.target
+    offs = {a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF}
+    return hosts - set(after.values()) - offs
+
+
+def test_a_drain_that_pays_migrates_and_switches_off() -> None:
+    inv, snap = two_light_nodes()
+    plan = make_plan(inv, snap)
+    assert sorted(kinds(plan)) == sorted([ActionKind.MIGRATE, ActionKind.POWER_OFF])
+
+
+def test_with_a_break_even_longer_than_the_off_horizon_nothing_migrates_to_power_off() -> None:
+    settings = PlannerSettings(boot_seconds=3600)  # 3600 s x 200 W / 100 W = 2 h > 1.5 x 600 s
+    inv, snap = two_light_nodes(settings)
+    assert break_even_seconds(inv.node("w0"), settings) > settings.off_horizon_s(inv.cluster.epoch_seconds)
+    plan = make_plan(inv, snap)
+    assert plan.actions == ()
+
+
+@pytest.mark.parametrize("facts", [
+    Facts(woken_at={"w0": NOW - timedelta(seconds=60), "w1": NOW - timedelta(seconds=60)}),
+    Facts(quarantined={"w0": "did not wake", "w1": "did not wake"}),
+])
+def test_a_node_that_may_not_go_off_is_not_drained(facts: Facts) -> None:
+    inv, snap = two_light_nodes()
+    assert make_plan(inv, snap, facts=facts).actions == ()
+
+
+def test_grace_protects_only_nodes_that_emptied_by_themselves() -> None:
+    inv, _ = two_light_nodes()
+    snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")),
+                           containers=(Container("a", "w0", 1.0, 512),), taken_at=NOW)
+    fresh = Facts(idle_since={"w1": NOW - timedelta(seconds=60)})
+    plan = make_plan(inv, snap, facts=fresh)
+    # w1 stays on, so the cheapest answer is to fill it and switch w0 off instead
+    assert [(a.kind, a.node) for a in plan.actions if a.kind is ActionKind.POWER_OFF] == [(ActionKind.POWER_OFF, "w0")]
+    assert emptied_but_on(plan, snap) == set()
+    old = Facts(idle_since={"w1": NOW - timedelta(hours=1)})
+    assert [(a.kind, a.node) for a in make_plan(inv, snap, facts=old).actions] == [(ActionKind.POWER_OFF, "w1")]
+
+
+def test_spare_nodes_stay_on_and_empty() -> None:
+    inv, _ = two_light_nodes(PlannerSettings(spare_nodes=1))
+    snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")),
+                           containers=(Container("a", "w0", 1.0, 512), Container("b", "w0", 1.0, 512)),
+                           taken_at=NOW)
+    plan = make_plan(inv, snap)
+    assert plan.actions == () and any("w1 stays on: kept on as spare" in n for n in plan.notes)
+
+
+def test_a_quarantined_node_is_not_woken() -> None:
+    inv, _ = two_light_nodes(PlannerSettings(cap=0.5))
+    snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1", powered=False)),
+                           containers=(Container("a", "w0", 3.0, 512), Container("b", "w0", 3.0, 512)),
+                           taken_at=NOW)  # 6 cores over the 4-core cap: w1 must be woken
+    assert ActionKind.POWER_ON in kinds(make_plan(inv, snap))
+    plan = make_plan(inv, snap, facts=Facts(quarantined={"w1": "did not wake"}))
+    assert ActionKind.POWER_ON not in kinds(plan) and any("w1 not woken" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("facts", [
+    Facts(),
+    Facts(woken_at={"node-2": NOW, "node-5": NOW}),
+    Facts(idle_since={"node-3": NOW}),
+    Facts(quarantined={"node-4": "x"}),
+])
+def test_a_plan_never_empties_a_node_that_then_stays_on(facts: Facts) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    for settings in (inv.planner, PlannerSettings(spare_nodes=2), PlannerSettings(boot_seconds=2000)):
+        plan = make_plan(inv, replace(snap, taken_at=NOW), settings=settings, facts=facts, time_limit_s=1)
+        assert emptied_but_on(plan, snap) == set(), (settings, facts)
+
+
+def test_hysteresis_keeps_a_recent_mover_unless_the_cap_forces_it() -> None:
+    inv, snap = two_light_nodes()
+    moved = Facts(moved_at={"a": NOW - timedelta(minutes=10), "b": NOW - timedelta(minutes=10)})
+    assert make_plan(inv, snap, facts=moved).actions == ()  # the drain would move one of them
+    long_ago = Facts(moved_at={"a": NOW - timedelta(hours=3), "b": NOW - timedelta(hours=3)})
+    assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, facts=long_ago))
+    off = PlannerSettings(hysteresis=False)
+    assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, settings=off, facts=moved))
+    over = ClusterSnapshot(nodes=snap.nodes, containers=(Container("a", "w0", 4.0, 512), Container("b", "w0", 3.0, 512)),
+                           taken_at=NOW)  # 7 cores on w0, cap 5.6: one of them must move
+    plan = make_plan(inv, over, facts=moved)
+    assert [a.kind for a in plan.migrations] == [ActionKind.MIGRATE]
+
+
+def test_idle_tracking() -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    empty = {n.name for n in snap.nodes if n.powered} - {c.node for c in snap.containers}
+    updates = idle_updates(snap, {"node-1": NOW}, NOW)
+    assert updates.get("node-1", "unset") is None  # hosts work again: no longer idle
+    assert {n for n, t in updates.items() if t is not None} == empty
+
+
+def test_the_store_remembers_moves_wake_ups_and_idle_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from db.records import MigrationState
+    from db.store import Store
+    from orchestrator.facts import remembered
+
+    inv, _ = two_light_nodes()
+    snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")), containers=(Container("a", "w0", 1.0, 512),))
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.finish_migration(store.begin_migration("a", "w1", "w0"), MigrationState.SUCCEEDED)
+        store.finish_migration(store.begin_migration("b", "w1", "w0"), MigrationState.ROLLED_BACK)
+        store.finish_power_event(store.begin_power_event("w0", "power_on"), "SUCCEEDED")
+        dry = remembered(store, inv, snap, record=False)
+        assert set(dry.moved_at) == {"a"} and set(dry.woken_at) == {"w0"} and set(dry.idle_since) == {"w1"}
+        assert store.idle_since("w1") is None  # a dry run stores nothing
+        remembered(store, inv, snap)
+        assert store.idle_since("w1") == snap.taken_at
+    plan = make_plan(inv, snap, facts=dry)  # w0 just woken and w1 just emptied: nothing goes off
+    assert plan.actions == ()

@@ -1,0 +1,146 @@
+"""Review then apply, the pure part: each action of a stored plan re-checked on a fresh snapshot,
+those that fail skipped with the reason (and those that depended on them too), the inventory
+digest, the plan's final status, and the predictions stored with a plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from db.records import ActionState, PlanStatus
+from orchestrator.apply import final_status
+from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeRole, NodeSpec,
+                                NodeState, PowerCurve, cluster_metrics)
+from orchestrator.plan import Action, Plan, SolverReport
+from orchestrator.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
+from orchestrator.review import inventory_digest, review_plan
+from orchestrator.settings import ForecastSettings, PlannerSettings
+
+
+def inventory(cap: float = 0.7) -> Inventory:
+    curve = PowerCurve.linear(100, 200)
+    nodes = (
+        NodeSpec("head", "192.0.2.1", 4, 8192, curve, role=NodeRole.HEAD, power_managed=False),
+        NodeSpec("n1", "192.0.2.2", 10, 10000, curve),
+        NodeSpec("n2", "192.0.2.3", 10, 10000, curve),
+        NodeSpec("n3", "192.0.2.4", 10, 10000, curve),
+    )
+    return Inventory(ClusterConfig("t", cap=cap, memory_cap=0.9), nodes)
+
+
+def snapshot(**cpu: float) -> ClusterSnapshot:
+    """a, b on n1 (to be drained onto n2), c on n2; n3 off."""
+    load = {"a": 2.0, "b": 2.0, "c": 1.0, **cpu}
+    return ClusterSnapshot(
+        nodes=(NodeState("head"), NodeState("n1"), NodeState("n2"), NodeState("n3", False)),
+        containers=(Container("a", "n1", load["a"], 1000), Container("b", "n1", load["b"], 1000),
+                    Container("c", "n2", load["c"], 500)),
+    )
+
+
+DRAIN = (Action.migrate("a", "n1", "n2"), Action.migrate("b", "n1", "n2"), Action.power_off("n1"))
+
+
+def reasons(fresh: ClusterSnapshot, actions: tuple[Action, ...] = DRAIN, inv: Inventory | None = None) -> list[str | None]:
+    return [c.reason for c in review_plan(inv or inventory(), fresh, actions).checks]
+
+
+def test_a_plan_that_still_holds_passes_whole() -> None:
+    review = review_plan(inventory(), snapshot(), DRAIN)
+    assert not review.drifted and [c.ok for c in review.checks] == [True, True, True]
+
+
+def test_a_container_gone_skips_its_move_and_the_power_off_that_needed_it() -> None:
+    fresh = replace(snapshot(), containers=snapshot().containers[1:])  # "a" stopped
+    got = reasons(fresh)
+    assert got[0] == "no such container in the snapshot"
+    assert got[1] is None  # b still moves
+    assert got[2] is None  # n1 is empty all the same: it may go off
+
+
+def test_a_container_moved_elsewhere_skips_the_move_and_the_node_stays_on() -> None:
+    moved = snapshot().with_changes(moves={"b": "n2"}, power={"n3": True})
+    fresh = moved.with_changes(moves={"b": "n3"})
+    got = reasons(fresh)
+    assert got[0] is None
+    assert got[1] == "container is on n3, not n1"
+    assert got[2] is None  # n1 is empty: b left it by another way
+
+
+def test_grown_demand_breaks_the_cap_on_the_target_and_strands_the_power_off() -> None:
+    got = reasons(snapshot(b=4.5))  # 1 + 2 + 4.5 > 7 cores on n2
+    assert got[0] is None
+    assert got[1] is not None and got[1].startswith("node n2: CPU load 7.50 exceeds cap 7.00")
+    assert got[2] == "node still hosts containers (after skipping #2)"
+
+
+def test_a_skipped_power_on_skips_the_moves_onto_that_node() -> None:
+    actions = (Action.power_on("n3"), Action.migrate("a", "n1", "n3"), Action.power_off("n1"))
+    fresh = snapshot().with_changes(power={"n3": True})  # someone woke n3 meanwhile
+    fresh = replace(fresh, held={"n3": "node did not answer"})
+    got = reasons(fresh, actions)
+    assert got[0] == "node n3 is held: node did not answer"
+    assert got[1] == "node n3 is held: node did not answer (after skipping #1)"
+    assert got[2] == "node still hosts containers (after skipping #2)"
+
+
+def test_a_container_that_became_immovable_is_not_moved() -> None:
+    fresh = snapshot()
+    fresh = replace(fresh, containers=(replace(fresh.containers[0], immovable="uses a GPU"),) + fresh.containers[1:])
+    assert reasons(fresh)[0] == "container can no longer be live-migrated: uses a GPU"
+
+
+def test_the_review_summary_names_each_failed_action() -> None:
+    review = review_plan(inventory(), snapshot(b=4.5), DRAIN)
+    assert review.drifted and [c.index for c in review.skipped] == [1, 2]
+    assert review.summary().startswith("#2 migrate b: n1 -> n2: node n2: CPU load")
+
+
+def test_the_digest_tells_inventories_apart_and_ignores_the_file_path() -> None:
+    a = inventory()
+    assert inventory_digest(a) == inventory_digest(replace(a, source=None))
+    assert inventory_digest(a) != inventory_digest(inventory(cap=0.8))
+    assert len(inventory_digest(a)) == 64
+
+
+@pytest.mark.parametrize(("states", "status"), [
+    ([], PlanStatus.APPLIED),
+    ([ActionState.SUCCEEDED, ActionState.SUCCEEDED], PlanStatus.APPLIED),
+    ([ActionState.SUCCEEDED, ActionState.SKIPPED], PlanStatus.PARTIAL),
+    ([ActionState.SUCCEEDED, ActionState.FAILED], PlanStatus.PARTIAL),
+    ([ActionState.FAILED, ActionState.SKIPPED], PlanStatus.FAILED),
+    ([ActionState.SKIPPED], PlanStatus.PARTIAL),
+])
+def test_final_status(states: list[ActionState], status: PlanStatus) -> None:
+    assert final_status(dict(enumerate(states))) is status
+
+
+# -- predictions --------------------------------------------------------------------------------
+
+def test_frozen_time_is_the_default_until_three_migrations_then_a_fit() -> None:
+    few = [(100.0, 5000.0)] * (MIN_FIT_POINTS - 1)
+    assert frozen_model(few).source == "default"
+    assert frozen_model(few).at(0) == DEFAULT_FROZEN_MS
+    fit = frozen_model([(100.0, 3000.0), (200.0, 5000.0), (300.0, 7000.0)])
+    assert fit.source == "fit"
+    assert fit.at(400.0) == pytest.approx(9000.0)
+    same = frozen_model([(100.0, 3000.0), (100.0, 5000.0), (100.0, 4000.0)])
+    assert same.source == "fit" and same.at(100.0) == pytest.approx(4000.0)
+
+
+def test_predicted_savings_add_up_to_before_minus_after_less_migrations() -> None:
+    inv, snap = inventory(), snapshot()
+    settings = PlannerSettings(migration_j=1000.0, migration_j_per_gb=0.0,
+                               forecast=ForecastSettings(window_seconds=3600.0))
+    before = cluster_metrics(inv, snap)
+    after = cluster_metrics(inv, snap.with_changes(moves={"a": "n2", "b": "n2"}, power={"n1": False}))
+    plan = Plan("peakpack", DRAIN, before, after, SolverReport("OPTIMAL", 0, 0, 0))
+    p = predict(inv, snap, plan, settings, [])
+    assert p.energy_saved_j == pytest.approx((before.power_w - after.power_w) * 3600 - 2 * 1000)
+    # n1 switched off saves its idle 100 W for the hour; the moves shift load between equal curves
+    assert p.actions[2].energy_saved_j == pytest.approx(100 * 3600)
+    assert [a.frozen_ms for a in p.actions] == [DEFAULT_FROZEN_MS + 80.0 * 1000] * 2 + [None]
+    doc = p.to_json()
+    assert doc["frozen_source"] == "default" and doc["horizon_s"] == 3600.0
+    assert doc["frozen_ms"] == pytest.approx(2 * (DEFAULT_FROZEN_MS + 80.0 * 1000))
