@@ -153,12 +153,13 @@ class EnergySample:
 
     node: str
     at: datetime
-    source: str  # rapl, dcmi
+    source: str  # rapl, dcmi, busy (the node's busy CPU time, for Kepler's split)
     energy_uj: int | None = None
     power_w: float | None = None
     zone: str = ""                       # RAPL zone (intel-rapl:0, ...): each wraps on its own
     max_energy_range_uj: int | None = None
     boot_id: str | None = None           # the node's boot id: a change means its counters restarted
+    busy_ns: int | None = None           # source busy: CPU time the node spent not idle
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,9 @@ class EnergySampleRow(Base):
     #: the node's /proc/sys/kernel/random/boot_id when sampled: a counter that goes down between
     #: two samples with different boot ids was reset by a reboot, not wrapped
     boot_id: Mapped[str | None] = mapped_column(String(64))
+    #: source "busy": the node's CPU time spent not idle (ns), the denominator of Kepler's split;
+    #: stored so the first interval after a controller restart still has it
+    busy_ns: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class EnergyRowDb(Base):

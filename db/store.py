@@ -595,7 +595,7 @@ class Store:
         with self._write() as s:
             s.add_all(EnergySampleRow(node=x.node, at=x.at, source=x.source, zone=x.zone, energy_uj=x.energy_uj,
                                       max_energy_range_uj=x.max_energy_range_uj, power_w=x.power_w,
-                                      boot_id=x.boot_id)
+                                      boot_id=x.boot_id, busy_ns=x.busy_ns)
                       for x in samples)
 
     def energy_samples(self, node: str, source: str, since: datetime | None = None) -> list[EnergySample]:
@@ -605,7 +605,8 @@ class Store:
             q = q.where(EnergySampleRow.at >= since)
         with self._tx() as s:
             return [EnergySample(node=r.node, at=r.at, source=r.source, energy_uj=r.energy_uj, power_w=r.power_w,
-                                 zone=r.zone, max_energy_range_uj=r.max_energy_range_uj, boot_id=r.boot_id)
+                                 zone=r.zone, max_energy_range_uj=r.max_energy_range_uj, boot_id=r.boot_id,
+                                 busy_ns=r.busy_ns)
                     for r in s.scalars(q)]
 
     def add_energy(self, rows: Sequence[EnergyRow]) -> None:

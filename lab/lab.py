@@ -101,7 +101,7 @@ class Lab:
         if notice is None:
             notice = _stderr
         if os.geteuid() != 0:
-            raise LabError("lab up: needs root (network namespaces, dockerd); run it with sudo")
+            raise LabError("lab up: needs root (network namespaces, dockerd); run it as root")
         if not 1 <= nodes <= 40:
             raise LabError(f"--nodes: {nodes} is out of range; use 1..40")
         if cpus < 1:
@@ -110,7 +110,7 @@ class Lab:
             raise LabError(f"--disk-gb: {disk_gb} is out of range; use 1..1024")
         missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
         if missing:
-            raise LabError(f"lab up: {', '.join(missing)} missing; run sudo scripts/install-system-deps.sh")
+            raise LabError(f"lab up: {', '.join(missing)} missing; run scripts/install-system-deps.sh as root")
         if self.is_up():
             raise LabError(f"--dir: a lab is already running in {self.dir} ({len(self.layout.nodes)} nodes); "
                            "use it, or `peakpack lab down` first")

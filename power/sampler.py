@@ -29,8 +29,6 @@ class EnergySampler:
     def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None]) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
         self.last_model: dict[str, datetime] = {}
-        #: per node: when its busy CPU time was last read, with its boot id and value
-        self.last_busy: dict[str, tuple[datetime, NodeCounters]] = {}
 
     def _read(self, powered: list[str], now: datetime
               ) -> dict[str, tuple[NodeCounters, list[EnergySample]] | Exception]:
@@ -50,15 +48,18 @@ class EnergySampler:
                                                  boot_id=counters.boot_id) for z in zones])
         return out
 
-    def _busy_cores(self, node: str, now: datetime, counters: NodeCounters) -> float | None:
-        """The node's busy cores since the previous read, None without a comparable one."""
-        previous = self.last_busy.get(node)
-        if counters.busy_ns is not None:
-            self.last_busy[node] = (now, counters)
-        if previous is None or previous[1].busy_ns is None or counters.busy_ns is None:
+    def _busy_cores(self, node: str, now: datetime, counters: NodeCounters, window: datetime) -> float | None:
+        """The node's busy cores since its previous stored read (so a restarted controller still
+        has one), None without a comparable one; stores this read for the next interval."""
+        if counters.busy_ns is None:
             return None
-        at, before = previous
-        seconds = (now - at).total_seconds()
+        previous = self.store.energy_samples(node, "busy", since=window)[-1:]
+        self.store.add_energy_samples([EnergySample(node, now, "busy", boot_id=counters.boot_id,
+                                                    busy_ns=counters.busy_ns)])
+        if not previous or previous[0].busy_ns is None:
+            return None
+        before = previous[0]
+        seconds = (now - before.at).total_seconds()
         if seconds <= 0 or restarted(before.boot_id, counters.boot_id, before.busy_ns, counters.busy_ns):
             return None
         return (counters.busy_ns - before.busy_ns) / 1e9 / seconds
@@ -81,7 +82,7 @@ class EnergySampler:
                 self.log(f"energy: {node}: counters unreadable ({got}); energy missing for this interval")
                 continue
             counters, samples = got
-            busy = self._busy_cores(node, now, counters)
+            busy = self._busy_cores(node, now, counters, window)
             row: EnergyRow | None = None
             if samples:
                 previous = self._latest(node, window)

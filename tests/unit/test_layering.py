@@ -14,7 +14,8 @@ PACKAGES = ("orchestrator", "migrate", "power", "db", "lab", "inventory")
 #: the pure core: data in, data out; nothing here may reach a node, a database or a process
 CORE = ("orchestrator/errors.py", "orchestrator/model.py", "orchestrator/names.py", "orchestrator/plan.py",
         "orchestrator/planning.py", "orchestrator/capacity.py", "orchestrator/config.py",
-        "orchestrator/planner/", "orchestrator/simulate/")
+        "orchestrator/planner/", "orchestrator/simulate/", "orchestrator/settings.py", "orchestrator/forecast.py",
+        "orchestrator/demand.py", "orchestrator/review.py", "orchestrator/predict.py", "orchestrator/budgets.py")
 IO_MODULES = ("asyncssh", "docker", "paramiko", "subprocess", "socket", "sqlalchemy", "apscheduler", "pyghmi",
               "requests", "db", "migrate", "power", "lab", "orchestrator.remote", "orchestrator.observe",
               "orchestrator.controller", "orchestrator.wiring", "orchestrator.cli")

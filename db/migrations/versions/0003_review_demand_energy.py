@@ -4,7 +4,7 @@
   the inventory digest, who decided, the settings, predictions and explanations it was made with;
   actions: their predictions. Existing plans become EXPIRED (dry runs) or APPLIED.
 - container_demand: per-epoch CPU (cgroup CPU-time delta) and memory of every container.
-- energy_samples.boot_id (reboot detection), energy.idle_j / residual_j (Kepler's split).
+- energy_samples.boot_id (reboot detection) and busy_ns (a node's busy CPU time), energy.idle_j / residual_j (Kepler's split).
 
 Revision ID: 0003
 Revises: 0002
@@ -36,6 +36,7 @@ def upgrade() -> None:
         t.add_column(sa.Column('prediction_json', sa.Text(), nullable=True))
     with op.batch_alter_table('energy_samples') as t:
         t.add_column(sa.Column('boot_id', sa.String(length=64), nullable=True))
+        t.add_column(sa.Column('busy_ns', sa.BigInteger(), nullable=True))
     with op.batch_alter_table('energy') as t:
         t.add_column(sa.Column('idle_j', sa.Float(), nullable=True))
         t.add_column(sa.Column('residual_j', sa.Float(), nullable=True))
@@ -63,6 +64,7 @@ def downgrade() -> None:
         t.drop_column('residual_j')
         t.drop_column('idle_j')
     with op.batch_alter_table('energy_samples') as t:
+        t.drop_column('busy_ns')
         t.drop_column('boot_id')
     with op.batch_alter_table('actions') as t:
         t.drop_column('prediction_json')
