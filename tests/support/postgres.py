@@ -11,6 +11,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from db.store import Store
 
 
 def postgres_bin() -> Path | None:
@@ -47,3 +51,12 @@ def postgres_server() -> Iterator[str]:
                            capture_output=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def drop_schema(store: Store) -> None:
+    """Empty a server for the next test: every table and alembic's version row."""
+    from db.schema import Base
+
+    Base.metadata.drop_all(store.engine)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("DROP TABLE alembic_version")

@@ -24,28 +24,18 @@ from orchestrator.controller import Controller, ControllerSettings, Services
 from orchestrator.errors import StoreError
 from orchestrator.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
 from orchestrator.plan import Action
-from tests.support.postgres import postgres_server
+from tests.support.postgres import drop_schema
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 1.0  # seconds: renewal every 1/3 s
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture()
 def pg_url(postgres_url: str) -> Iterator[str]:
     """The module's PostgreSQL server, emptied after each test."""
     yield postgres_url
-    from db.schema import Base
-
     with Store.open(postgres_url) as s:
-        Base.metadata.drop_all(s.engine)
-        with s.engine.begin() as c:
-            c.exec_driver_sql("DROP TABLE alembic_version")
+        drop_schema(s)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

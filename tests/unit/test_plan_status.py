@@ -5,9 +5,7 @@ one-line refusals `apply` gives for a plan it may not run."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
@@ -19,26 +17,6 @@ from orchestrator.errors import PlanError, StoreError
 from orchestrator.model import ClusterMetrics
 from orchestrator.plan import Action, Plan, SolverReport
 from orchestrator.review import inventory_digest
-from tests.support.postgres import postgres_server
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = f"sqlite:///{tmp_path / 'pp.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-    with Store.open(url) as s:
-        yield s
-        if request.param == "postgresql":
-            from db.schema import Base
-
-            Base.metadata.drop_all(s.engine)
-            with s.engine.begin() as c:
-                c.exec_driver_sql("DROP TABLE alembic_version")
 
 
 INV = demo_inventory()

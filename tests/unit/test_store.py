@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,34 +19,7 @@ from db.store import (ActionState, EnergyRow, EnergySample, FencedError, Migrati
 from orchestrator.config import demo_inventory, demo_snapshot
 from orchestrator.errors import PeakpackError, StoreError
 from orchestrator.planning import make_plan
-from tests.support.postgres import postgres_server
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Every contract test runs on SQLite and on a real PostgreSQL server."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'pp.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    with Store.open(url) as s:
-        yield s
-        if request.param == "postgresql":  # one server per module: start each test empty
-            drop_schema(s)
-
-
-def drop_schema(store: Store) -> None:
-    from db.schema import Base
-
-    Base.metadata.drop_all(store.engine)
-    with store.engine.begin() as c:
-        c.exec_driver_sql("DROP TABLE alembic_version")
+from tests.support.postgres import drop_schema
 
 
 def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> None:
