@@ -40,7 +40,7 @@ class PlannerSettings:
     off_epochs: float = 1.5
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
     time_limit_s: float = 2.0
-    workers: int | None = None        # CP-SAT search workers; None: the machine's cores
+    workers: int | None = None        # CP-SAT search workers; None: its full portfolio of 8
     relative_gap: float = 0.01        # stop once the answer is proven within 1% of optimal
     #: a container that moved within the forecast window does not move again unless the cap
     #: forces it

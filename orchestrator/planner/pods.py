@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -84,7 +85,7 @@ def solve_in_pods(
     """Pods in parallel, then refinement across them (see the module docstring)."""
     problem = inst.problem
     pods = partition(inst, policy.pod_nodes)
-    workers = max(1, min(policy.search.workers, len(pods)))
+    workers = max(1, min(os.cpu_count() or 1, len(pods)))  # one process per core
     rounds = -(-len(pods) // workers)
     share = max(deadline - time.perf_counter(), 0.0) * POD_SHARE / rounds
     single = replace(policy, pod_nodes=inst.n_nodes + 1)  # pods are never split again
