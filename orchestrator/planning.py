@@ -118,6 +118,7 @@ def make_plan(
         eligible=restrained_eligibility(eligibility(inventory, snapshot), snapshot, inventory, held_back),
         cap=settings.cap,
         allowance=allowance or Allowance(),
+        pinned=held_back.pinned,
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)

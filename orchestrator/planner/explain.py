@@ -8,7 +8,7 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
 - stays: cannot be live-migrated (the opt-out label or another reason found by observation);
   its node is held (an unsettled migration, a node being drained); a maintenance window; the
   migration budget left cannot empty its node; its node may not be switched off
-  (power-off budget or window); may run on no other node; otherwise moving it would cost more
+  (power-off budget or window); pinned by hysteresis; may run on no other node; otherwise moving it would cost more
   than it saves.
 """
 
@@ -74,6 +74,8 @@ def _why_stays(
                 f"after this plan's {migrations} ({allow.migrations_why})")
     if spec.can_power_off and allow.power_offs is not None and power_offs >= allow.power_offs:
         return f"{node} may not be switched off now ({allow.power_offs_why})"
+    if c.name in problem.pinned:
+        return problem.pinned[c.name]
     allowed = problem.eligible.get(c.name)
     if allowed is not None and allowed <= {node}:
         return "it may run on no other node"

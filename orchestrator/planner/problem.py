@@ -61,6 +61,8 @@ class PlacementProblem:
     seed: int = 0
     #: what budgets and windows allow this epoch (orchestrator/budgets.py); default: anything
     allowance: Allowance = field(default_factory=Allowance)
+    #: containers the rules keep where they are (`eligible` has them on their node) -> why
+    pinned: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cpu_cap(self) -> float:

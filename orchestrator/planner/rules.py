@@ -35,11 +35,11 @@ class Facts:
 @dataclass(frozen=True)
 class Restraints:
     """The rules' answer: nodes whose power state stays as it is (-> why), spare nodes (kept on
-    and empty), containers pinned where they are by hysteresis."""
+    and empty), containers pinned where they are by hysteresis (-> why)."""
 
     keep_power: Mapping[str, str]
     spare: frozenset[str]
-    pinned: frozenset[str]
+    pinned: Mapping[str, str]
 
 
 def break_even_seconds(spec: NodeSpec, settings: PlannerSettings) -> float:
@@ -99,11 +99,11 @@ def restraints(inventory: Inventory, snapshot: ClusterSnapshot, settings: Planne
 
 
 def _pinned(inventory: Inventory, snapshot: ClusterSnapshot, settings: PlannerSettings, facts: Facts,
-            now: datetime) -> frozenset[str]:
+            now: datetime) -> dict[str, str]:
     """Hysteresis: containers that moved within the forecast window, except on a node over its
-    cap (there they may move: the cap forces it)."""
+    cap (there they may move: the cap forces it) -> why."""
     if not settings.hysteresis or not facts.moved_at:
-        return frozenset()
+        return {}
     window = timedelta(seconds=settings.forecast.window_seconds)
     cpu: dict[str, float] = defaultdict(float)
     mem: dict[str, float] = defaultdict(float)
@@ -112,8 +112,10 @@ def _pinned(inventory: Inventory, snapshot: ClusterSnapshot, settings: PlannerSe
         mem[c.node] += c.memory_mb
     over = {n for n in cpu if n in inventory.nodes_by_name
             and not fits(cpu[n], mem[n], *node_capacity(inventory.node(n), inventory.cluster, settings.cap))}
-    return frozenset(c.name for c in snapshot.containers
-                     if c.name in facts.moved_at and now - facts.moved_at[c.name] < window and c.node not in over)
+    return {c.name: (f"moved {(now - facts.moved_at[c.name]).total_seconds():.0f} s ago, within the "
+                     f"{window.total_seconds():.0f} s forecast window (hysteresis)")
+            for c in snapshot.containers
+            if c.name in facts.moved_at and now - facts.moved_at[c.name] < window and c.node not in over}
 
 
 def restrained_inventory(inventory: Inventory, r: Restraints) -> Inventory:

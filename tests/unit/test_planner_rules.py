@@ -116,7 +116,9 @@ def test_a_plan_never_empties_a_node_that_then_stays_on(facts: Facts) -> None:
 def test_hysteresis_keeps_a_recent_mover_unless_the_cap_forces_it() -> None:
     inv, snap = two_light_nodes()
     moved = Facts(moved_at={"a": NOW - timedelta(minutes=10), "b": NOW - timedelta(minutes=10)})
-    assert make_plan(inv, snap, facts=moved).actions == ()  # the drain would move one of them
+    held = make_plan(inv, snap, facts=moved)
+    assert held.actions == ()  # the drain would move one of them
+    assert held.explanations["a"] == "stays on w0: moved 600 s ago, within the 7200 s forecast window (hysteresis)"
     long_ago = Facts(moved_at={"a": NOW - timedelta(hours=3), "b": NOW - timedelta(hours=3)})
     assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, facts=long_ago))
     off = PlannerSettings(hysteresis=False)
