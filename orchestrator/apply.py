@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from db.records import ActionState, PlanRecord, PlanStatus
 from db.store import Store
 
+from .budgets import allowance_at, exceeds
+from .capacity import over_cap_nodes
 from .errors import PlanError, StoreError
 from .model import ClusterMetrics, Inventory
-from .plan import Action, Plan, SolverReport
+from .plan import Action, ActionKind, Plan, SolverReport
 from .review import Review, inventory_digest, review_plan
 
 if TYPE_CHECKING:
@@ -140,6 +142,16 @@ def apply_plan(store: Store, inventory: Inventory, plan_id: int, *, partial: boo
         if review.drifted and not partial:
             raise PlanError(f"PLAN_ID: plan {plan_id} no longer holds: {review.summary()}; "
                             "add --partial to apply the rest, or make a fresh plan")
+        skipped = {c.index for c in review.skipped}
+        to_run = [a for i, a in enumerate(plan.actions) if i not in skipped]
+        over_budget = exceeds(
+            allowance_at(inventory.budgets, inventory.windows, datetime.now(timezone.utc), store.disruption_since),
+            [a.source for a in to_run if a.kind is ActionKind.MIGRATE and a.source],
+            sum(a.kind is ActionKind.POWER_OFF for a in to_run),
+            over_cap_nodes(inventory, fresh.containers, inventory.planner.cap))
+        if over_budget:
+            raise PlanError(f"PLAN_ID: plan {plan_id} may not run now: {over_budget}; make a fresh plan, "
+                            "which plans within what is allowed")
         if not store.set_plan_status(plan_id, PlanStatus.APPLYING, only_from=[PlanStatus.RECOMMENDED],
                                      decided_by=decided_by):
             check_applicable(store.get_plan(plan_id), inventory)  # names who won

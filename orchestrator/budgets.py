@@ -24,7 +24,7 @@ Pure: the caller reads the clock and the last hour's counts from the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from enum import Enum
@@ -182,3 +182,17 @@ def allowance_at(
     """`allowance` with the last hour's migrations and power-offs read through
     `disruption_since` (the store's `Store.disruption_since`)."""
     return allowance(budgets, windows, at, *disruption_since(at - HOUR))
+
+
+def exceeds(allow: Allowance, migrations_from: Sequence[str], power_offs: int, over_cap: Collection[str]) -> str | None:
+    """Why a plan made earlier may not run under the limits in force now (None: it may):
+    `peakpack apply` asks this, since a plan waits for review while budgets fill and windows
+    open. `migrations_from`: each migration's source node; `over_cap`: nodes over the cap now
+    (moves off them are cap fixes, which a window allows)."""
+    if not allow.consolidate and (power_offs or any(n not in over_cap for n in migrations_from)):
+        return f"{allow.consolidate_why}: only cap fixes now"
+    if allow.migrations is not None and len(migrations_from) > allow.migrations:
+        return f"it migrates {len(migrations_from)} containers, {allow.migrations} allowed now ({allow.migrations_why})"
+    if allow.power_offs is not None and power_offs > allow.power_offs:
+        return f"it switches {power_offs} nodes off, {allow.power_offs} allowed now ({allow.power_offs_why})"
+    return None

@@ -10,13 +10,13 @@ Pure: floats or numpy arrays in (elementwise, for the vectorised policies), bool
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from .model import ClusterConfig, NodeSpec
+    from .model import ClusterConfig, Container, Inventory, NodeSpec
 
 #: Slack, in the load's own unit (cores or MB), when comparing a summed load with a capacity:
 #: float sums of the same loads in another order differ by far less; a micro-core or a byte
@@ -56,6 +56,15 @@ def fits(
 ) -> Verdict:
     """Both resources: CPU and memory loads within their capacities. Bool, or a bool array."""
     return within(cpu, cpu_capacity) & within(memory_mb, memory_capacity)
+
+
+def over_cap_nodes(inventory: Inventory, containers: Iterable[Container], cap: float | None = None) -> set[str]:
+    """Inventory nodes whose containers do not `fit` under the caps (`cap` overrides the
+    cluster's CPU cap): where moves are cap fixes, which windows, budgets and hysteresis allow."""
+    from .model import node_loads
+
+    return {n for n, load in node_loads(containers).items() if n in inventory.nodes_by_name
+            and not fits(load.cpu, load.memory_mb, *node_capacity(inventory.node(n), inventory.cluster, cap))}
 
 
 def integer_units(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..capacity import fits, node_capacity
+from ..capacity import over_cap_nodes
 from ..model import ClusterSnapshot, Container, Inventory, node_loads
 from ..plan import ActionKind, Plan
 from .problem import PlacementProblem
@@ -31,7 +31,7 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
         moves[a.container].append(a.target)
     switched_off = {a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF}
     power_offs = len(switched_off)
-    over = _over_cap(inv, snap, problem.cpu_cap)
+    over = over_cap_nodes(inv, snap.containers, problem.cpu_cap)
     staying: dict[str, int] = defaultdict(int)  # containers on each node after the plan
     for c in snap.containers:
         staying[moves[c.name][-1] if c.name in moves else c.node] += 1
@@ -82,14 +82,6 @@ def _why_stays(
     cost = problem.weights.migration_cost(c.memory_mb)
     return (f"not worth its migration cost ({cost:.0f} W averaged over the epoch): moving it "
             "empties no node worth switching off")
-
-
-def _over_cap(inv: Inventory, snap: ClusterSnapshot, cap: float) -> set[str]:
-    loads = node_loads(snap.containers)
-    return {
-        n for n, load in loads.items()
-        if not fits(load.cpu, load.memory_mb, *node_capacity(inv.node(n), inv.cluster, cap))
-    }
 
 
 def _draws(inv: Inventory, snap: ClusterSnapshot) -> dict[str, float]:

@@ -10,12 +10,11 @@ eligible only where it is. docs/planner.md, "Power decisions and hysteresis", sa
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from ..capacity import fits, node_capacity
+from ..capacity import over_cap_nodes
 from ..model import ClusterSnapshot, Inventory, NodeSpec
 from ..settings import PlannerSettings
 
@@ -105,13 +104,7 @@ def _pinned(inventory: Inventory, snapshot: ClusterSnapshot, settings: PlannerSe
     if not settings.hysteresis or not facts.moved_at:
         return {}
     window = timedelta(seconds=settings.forecast.window_seconds)
-    cpu: dict[str, float] = defaultdict(float)
-    mem: dict[str, float] = defaultdict(float)
-    for c in snapshot.containers:
-        cpu[c.node] += c.cpu
-        mem[c.node] += c.memory_mb
-    over = {n for n in cpu if n in inventory.nodes_by_name
-            and not fits(cpu[n], mem[n], *node_capacity(inventory.node(n), inventory.cluster, settings.cap))}
+    over = over_cap_nodes(inventory, snapshot.containers, settings.cap)
     return {c.name: (f"moved {(now - facts.moved_at[c.name]).total_seconds():.0f} s ago, within the "
                      f"{window.total_seconds():.0f} s forecast window (hysteresis)")
             for c in snapshot.containers

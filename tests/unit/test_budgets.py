@@ -17,6 +17,7 @@ from orchestrator.budgets import (
     Window,
     WindowRule,
     allowance,
+    exceeds,
     parse_clock,
     parse_days,
 )
@@ -78,6 +79,19 @@ def test_the_allowance_takes_the_tighter_budget_and_what_the_last_hour_used() ->
     assert "per hour" in a.migrations_why and "8 used" in a.migrations_why
     quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc))
     assert not quiet.consolidate and quiet.power_offs == 0 and "mon,tue" in quiet.consolidate_why
+
+
+def test_a_stored_plan_is_checked_against_the_limits_in_force_when_it_is_applied() -> None:
+    at = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)  # a Saturday: no window
+    used = allowance(Budgets(migrations_per_hour=10, power_offs_per_hour=2), (), at,
+                     migrations_last_hour=8, power_offs_last_hour=1)
+    assert exceeds(used, ["n1", "n2"], 1, set()) is None
+    assert "3 containers, 2 allowed now" in (exceeds(used, ["n1", "n1", "n2"], 0, set()) or "")
+    assert "2 nodes off, 1 allowed now" in (exceeds(used, [], 2, set()) or "")
+    quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc))
+    assert exceeds(quiet, ["hot"], 0, {"hot"}) is None  # a cap fix runs in a window
+    assert "only cap fixes now" in (exceeds(quiet, ["hot", "cool"], 0, {"hot"}) or "")
+    assert "only cap fixes now" in (exceeds(quiet, [], 1, set()) or "")
 
 
 def test_a_budget_of_two_gives_at_most_two_migrations_that_replay_under_the_cap() -> None:
