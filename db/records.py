@@ -8,6 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from orchestrator.model import MEASURED_SOURCES
+
 
 class ActionState(StrEnum):
     PENDING = "PENDING"          # journaled with its plan, not started
@@ -84,6 +86,8 @@ class PlanRecord(JsonRecord):
     decided_at: datetime | None = None
     #: predicted energy saved and frozen time, in total (orchestrator.predict); None: not predicted
     prediction: dict[str, Any] | None = None
+    #: the planner settings it was made with, by inventory key; None: not recorded
+    settings: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,10 +198,6 @@ class EnergyRow:
         if self.residual_j is not None:
             d["residual_j"] = self.residual_j
         return d
-
-
-#: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power curve
-MEASURED_SOURCES = frozenset({"rapl", "dcmi"})
 
 
 @dataclass(frozen=True)

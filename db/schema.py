@@ -154,8 +154,8 @@ class EnergySampleRow(Base):
     energy_uj: Mapped[int | None] = mapped_column(BigInteger)
     max_energy_range_uj: Mapped[int | None] = mapped_column(BigInteger)
     power_w: Mapped[float | None] = mapped_column(Float)
-    #: the node's /proc/sys/kernel/random/boot_id when sampled: a counter that goes down between
-    #: two samples with different boot ids was reset by a reboot, not wrapped
+    #: the node's /proc/sys/kernel/random/boot_id when sampled: two samples with different boot
+    #: ids straddle a reboot, so their counters are not comparable (reset, not wrapped)
     boot_id: Mapped[str | None] = mapped_column(String(64))
     #: source "busy": the node's CPU time spent not idle (ns), the denominator of Kepler's split;
     #: stored so the first interval after a controller restart still has it

@@ -269,6 +269,7 @@ class Store:
                 inventory_digest=inventory_digest,
                 prediction_json=None if prediction is None else json.dumps(prediction),
                 explanations_json=json.dumps(dict(plan.explanations)) if plan.explanations else None,
+                settings_json=json.dumps(dict(plan.settings)) if plan.settings else None,
             )
             s.add(row)
             s.flush()
@@ -317,6 +318,7 @@ class Store:
                     status=PlanStatus(p.status), expires_at=p.expires_at, inventory_digest=p.inventory_digest,
                     decided_by=p.decided_by, decided_at=p.decided_at,
                     prediction=None if p.prediction_json is None else json.loads(p.prediction_json),
+                    settings=None if p.settings_json is None else json.loads(p.settings_json),
                 )
                 for p in plans
             ]

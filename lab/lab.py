@@ -223,8 +223,8 @@ class Lab:
     def _write_inventory(self, lab: LabLayout) -> None:
         lines = [
             "# Written by `peakpack lab up`: the lab's nodes, keys and BMCs. Paths are relative to this file.",
-            "[cluster]", 'name = "lab"', "cap = 0.70", "memory_cap = 0.95", "epoch_seconds = 60", "",
-            "[power_policy]         # lab nodes boot in seconds; real servers: keep the defaults",
+            "[cluster]", 'name = "lab"', "epoch_seconds = 60", "",
+            "[planner]              # lab nodes boot in seconds; real servers: keep the defaults",
             "grace_seconds = 0", "boot_seconds = 10", "wake_timeout_seconds = 90", "",
         ]
         for n in lab.nodes:

@@ -138,7 +138,7 @@ def apply_plan(store: Store, inventory: Inventory, plan_id: int, *, partial: boo
         # each container's CPU as the planner saw it: its forecast from the stored demand history
         fresh = forecast_from_store(store, observed, inventory.planner.forecast, inventory.cluster.epoch_seconds)[0]
         plan = stored_plan(store, record)
-        review = review_plan(inventory, fresh, plan.actions)
+        review = review_plan(inventory, fresh, plan.actions, store.quarantined())
         if review.drifted and not partial:
             raise PlanError(f"PLAN_ID: plan {plan_id} no longer holds: {review.summary()}; "
                             "add --partial to apply the rest, or make a fresh plan")

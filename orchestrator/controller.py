@@ -210,7 +210,8 @@ class Controller:
         )
         if not auto or self.services is None:
             if self.settings.approve and plan.actions:
-                self.log(f"plan {plan_id} is RECOMMENDED: approve it on the web page or `peakpack plan show {plan_id}`")
+                self.log(f"plan {plan_id} is RECOMMENDED: `peakpack plan show {plan_id}` prints it; approve it on "
+                         "the web page (serve --http-port), which runs it between epochs")
             return plan
         self.lease.check()
         report = PlanExecutor(self.store, self.services.ops, self.log, self._stopping).execute(plan, plan_id)

@@ -17,6 +17,10 @@ from typing import Any, Iterable, Mapping
 from .budgets import Budgets, Window
 from .settings import PlannerSettings
 
+#: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
+#: curve at the measured load: an estimate, never shown as measured
+MEASURED_SOURCES = frozenset({"rapl", "dcmi"})
+
 
 class NodeRole(StrEnum):
     """A head node runs the controller and is never power-managed."""

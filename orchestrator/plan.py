@@ -107,6 +107,8 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     #: container -> one line of why it moves or stays (`planner.explain`)
     explanations: Mapping[str, str] = field(default_factory=dict)
+    #: the planner settings it was made with, by inventory key (`PlannerSettings.by_key`)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {

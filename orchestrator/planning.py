@@ -127,7 +127,8 @@ def make_plan(
                   if n in placement.powered and n not in hosting)
     notes += tuple(f"{n} not woken: {why}" for n, why in sorted(held_back.keep_power.items())
                    if n not in placement.powered)
-    return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes)
+    used = {**settings.by_key(), "time_limit_s": problem.time_limit_s}
+    return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes, settings=used)
 
 
 def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> Placement:

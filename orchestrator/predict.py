@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import ClusterSnapshot, Inventory, cluster_metrics
+from .model import MEASURED_SOURCES, ClusterSnapshot, Inventory, cluster_metrics
 from .plan import ActionKind, Plan, apply_action
 from .settings import PlannerSettings
 
@@ -147,7 +147,9 @@ def check_prediction(applied_at: datetime, after_w: float, prediction: dict[str,
     lie within the forecast horizon after the plan, against the plan's "after" power over the same
     seconds plus its migration energy: the energy the plan predicted the cluster would use then.
     Rows of later plans' epochs count too: the horizon is what the plan was chosen for. Downtime:
-    the frozen ms of the plan's own migrations, against the predicted sum.
+    the frozen ms of the plan's own migrations, against the predicted sum. `energy_j` is every
+    node's energy, `measured_energy_j` only what counters and BMCs measured (rapl, dcmi),
+    `modelled_energy_j` what power curves estimated for nodes with neither: never mixed up.
     """
     horizon = float((prediction or {}).get("horizon_s", 0.0))
     end = applied_at + timedelta(seconds=horizon)
@@ -157,8 +159,10 @@ def check_prediction(applied_at: datetime, after_w: float, prediction: dict[str,
         "measured_frozen_ms": round(sum(frozen_ms), 1) if frozen_ms else None,
         "predicted_frozen_ms": None if prediction is None else prediction.get("frozen_ms"),
         "measured_s": round(covered, 1),
-        "measured_energy_j": round(sum(r[2] for r in rows), 1) if rows else None,
-        "measured_source": "+".join(sorted({r[3] for r in rows})) or None,
+        "energy_j": round(sum(r[2] for r in rows), 1) if rows else None,
+        "measured_energy_j": round(sum(r[2] for r in rows if r[3] in MEASURED_SOURCES), 1) if rows else None,
+        "modelled_energy_j": round(sum(r[2] for r in rows if r[3] not in MEASURED_SOURCES), 1) if rows else None,
+        "measured_source": "+".join(sorted({r[3] for r in rows if r[3] in MEASURED_SOURCES})) or None,
         "predicted_energy_j": None,
     }
     if prediction is not None and rows:

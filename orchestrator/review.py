@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import PlanError
 from .model import ClusterSnapshot, Inventory
@@ -72,8 +72,11 @@ def _nodes(action: Action) -> set[str]:
     return {n for n in (action.source, action.target, action.node) if n}
 
 
-def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[Action]) -> Review:
-    """Replay `actions` in order on `fresh`, skipping each whose precondition fails there."""
+def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[Action],
+                quarantined: Mapping[str, str] | None = None) -> Review:
+    """Replay `actions` in order on `fresh`, skipping each whose precondition fails there; a
+    wake of a node quarantined since the plan was made (`quarantined`: node -> why) fails too."""
+    quarantined = quarantined or {}
     state = fresh
     checks: list[Check] = []
     skipped: list[tuple[int, Action]] = []
@@ -82,6 +85,9 @@ def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[
             held = sorted(n for n in _nodes(action) if n in fresh.held)
             if held:
                 raise PlanError(f"node {held[0]} is held: {fresh.held[held[0]]}")
+            if action.kind is ActionKind.POWER_ON and action.node in quarantined:
+                raise PlanError(f"node {action.node} is quarantined ({quarantined[action.node]}); "
+                                f"`peakpack power clear {action.node}` once fixed")
             if action.kind is ActionKind.MIGRATE:
                 c = next((c for c in state.containers if c.name == action.container), None)
                 if c is not None and c.immovable is not None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from .common import InventoryOpt, JsonOpt, demo_inventory, load_inventory, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="The planner's effective settings (inventory [planner]).")
+                  help="The planner's effective settings (inventory \\[planner]).")
 
 #: what a None means, for the table (the JSON keeps null)
 UNSET = {"workers": "CP-SAT's full portfolio (8)", "boot_power_w": "each node's max_w",

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import PeakpackError
 from .common import DbOpt, JsonOpt, open_store, out, since_time
-from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when, yes_no
+from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
 
 
 class HistoryKind(StrEnum):
@@ -35,7 +35,6 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("plan", "plan_id", justify="right", priority=0),
         Column("when", "created_at", when, priority=0),
         Column("policy", "policy", priority=3),
-        Column("dry run", "dry_run", yes_no, priority=4),
         Column("moves", "migrations", count, justify="right", priority=1),
         Column("actions", "actions", count, justify="right", priority=2),
         Column("on before", "before.nodes_on", count, justify="right", priority=2),
@@ -45,6 +44,7 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("status", "status", priority=0),
         Column("J pred", "ledger.predicted_energy_j", joules, justify="right", priority=2),
         Column("J meas", "ledger.measured_energy_j", joules, justify="right", priority=2),
+        Column("J model", "ledger.modelled_energy_j", joules, justify="right", priority=3),
         Column("frozen pred", "ledger.predicted_frozen_ms", millis, justify="right", priority=3),
         Column("frozen meas", "ledger.measured_frozen_ms", millis, justify="right", priority=3),
         Column("solver", "solver.status", priority=3),

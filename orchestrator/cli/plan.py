@@ -100,7 +100,7 @@ def plan(
     snapshot: SnapshotOpt = None,
     policy: Annotated[str, typer.Option(help="peakpack, noop, ffd, bestfit95, spread, dotproduct")] = "peakpack",
     time_limit: Annotated[Optional[float], typer.Option(
-        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's [planner].time_limit_s.")] = None,
+        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     explain: Annotated[Optional[str], typer.Option("--explain", metavar="CONTAINER",

@@ -22,7 +22,7 @@ def serve(
     once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
     time_limit: Annotated[Optional[float], typer.Option(
-        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's [planner].time_limit_s.")] = None,
+        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
     epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
     metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",

@@ -103,10 +103,6 @@ def when(value: Any) -> str:
         return str(value)
 
 
-def yes_no(value: Any) -> str:
-    return "" if value is None else "yes" if value else "no"
-
-
 def field(path: str) -> Callable[[Row], Any]:
     """A getter for a dotted path into a JSON row: `field("after.power_w")`."""
 

@@ -85,6 +85,13 @@ def test_a_skipped_power_on_skips_the_moves_onto_that_node() -> None:
     assert got[2] == "node still hosts containers (after skipping #2)"
 
 
+def test_a_node_quarantined_since_the_plan_is_not_woken_nor_moved_onto() -> None:
+    actions = (Action.power_on("n3"), Action.migrate("a", "n1", "n3"))
+    got = [c.reason for c in review_plan(inventory(), snapshot(), actions, {"n3": "wake timed out"}).checks]
+    assert got[0] == "node n3 is quarantined (wake timed out); `peakpack power clear n3` once fixed"
+    assert got[1] is not None and got[1].endswith("(after skipping #1)")
+
+
 def test_a_container_that_became_immovable_is_not_moved() -> None:
     fresh = snapshot()
     fresh = replace(fresh, containers=(replace(fresh.containers[0], immovable="uses a GPU"),) + fresh.containers[1:])

@@ -48,6 +48,7 @@ def test_plan_round_trip_journals_every_action_pending(store: Store) -> None:
     assert [a.kind for a in actions] == [a.kind.value for a in plan.actions]
     assert {a.state for a in actions} == {ActionState.PENDING}
     assert store.plan_snapshot(plan_id)["version"] == snap.version
+    assert rec.settings == {**inv.planner.by_key(), "time_limit_s": 5}  # what it was made with
 
 
 def test_action_states_and_crash_leftovers(store: Store) -> None:

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from orchestrator.cli.history import TABLE_COLUMNS
 from orchestrator.cli.tables import (
-    Column, count, fit_table, joules, millis, print_table, seconds, size_bytes, text, watts, when, yes_no,
+    Column, count, fit_table, joules, millis, print_table, seconds, size_bytes, text, watts, when,
 )
 
 
@@ -30,7 +30,6 @@ def sample_rows(columns: tuple[Column, ...], n: int = 4) -> list[dict[str, Any]]
             if not isinstance(c.key, str):
                 continue
             value: Any = ("2026-11-23T20:40:05.123456+00:00" if c.format is when else
-                          True if c.format is yes_no else
                           f"SUCCEEDED-{c.header}-{i} " + "because the node was emptied " * 3 if c.truncate else
                           f"SUCCEEDED{i}" if c.format is text else
                           123456.7 * (i + 1))  # every other formatter formats a number
