@@ -119,6 +119,7 @@ def make_plan(
         cap=settings.cap,
         allowance=allowance or Allowance(),
         pinned=held_back.pinned,
+        keep_power=held_back.keep_power,
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)

@@ -7,9 +7,9 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
   other terms (devils sharing a node, a group spread over nodes, a less efficient node);
 - stays: cannot be live-migrated (the opt-out label or another reason found by observation);
   its node is held (an unsettled migration, a node being drained); a maintenance window; the
-  migration budget left cannot empty its node; its node may not be switched off
-  (power-off budget or window); pinned by hysteresis; may run on no other node; otherwise moving it would cost more
-  than it saves.
+  migration budget left cannot empty its node; its node may not be switched off (power-off budget
+  or window, or a power rule: grace, break-even, quarantine); pinned by hysteresis; may run on no
+  other node; otherwise moving it would cost more than it saves.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def _why_stays(
         return f"{node} may not be switched off now ({allow.power_offs_why})"
     if c.name in problem.pinned:
         return problem.pinned[c.name]
+    if node in problem.keep_power:
+        return f"{node} may not be switched off this epoch ({problem.keep_power[node]}): emptying it saves nothing"
     allowed = problem.eligible.get(c.name)
     if allowed is not None and allowed <= {node}:
         return "it may run on no other node"

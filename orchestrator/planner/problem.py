@@ -63,6 +63,8 @@ class PlacementProblem:
     allowance: Allowance = field(default_factory=Allowance)
     #: containers the rules keep where they are (`eligible` has them on their node) -> why
     pinned: Mapping[str, str] = field(default_factory=dict)
+    #: nodes the rules keep in their power state this epoch (not power-managed here) -> why
+    keep_power: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cpu_cap(self) -> float:

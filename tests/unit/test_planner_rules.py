@@ -56,6 +56,7 @@ def test_with_a_break_even_longer_than_the_off_horizon_nothing_migrates_to_power
     assert break_even_seconds(inv.node("w0"), settings) > settings.off_horizon_s(inv.cluster.epoch_seconds)
     plan = make_plan(inv, snap)
     assert plan.actions == ()
+    assert all("may not be switched off this epoch (a boot costs" in why for why in plan.explanations.values())
 
 
 @pytest.mark.parametrize("facts", [
