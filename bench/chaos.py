@@ -23,7 +23,6 @@ Printed: migrations tried, faults by kind, outcomes by state, the counts above (
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import subprocess
 import sys

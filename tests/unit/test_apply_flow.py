@@ -18,7 +18,7 @@ from orchestrator.controller import Controller, ControllerSettings
 from orchestrator.errors import PlanError
 from orchestrator.model import ClusterSnapshot
 from orchestrator.plan import ActionKind
-from tests.unit.test_plan_executor import FakeOps, fake_services
+from tests.unit.test_plan_executor import fake_services
 
 INV = demo_inventory()
 SNAP = demo_snapshot(INV)
