@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 
 import pytest
@@ -241,3 +243,19 @@ def test_pods_decompose_large_problems_and_stay_feasible() -> None:
     placement = solve(problem, pod_nodes=30, workers=2)
     assert placement.report.objective <= noop.report.objective + 1e-9
     build_plan(problem, placement, "peakpack")
+
+
+def test_cp_model_import_leaves_pandas_unloaded_and_importable() -> None:
+    """The planner's CP-SAT import skips pandas (0.4 s of a dry run) without hiding the real one."""
+    code = (
+        "import sys\n"
+        "from orchestrator.planner import cpsat\n"
+        "assert 'pandas' not in sys.modules, 'cp_model import loaded pandas'\n"
+        "m = cpsat.cp_model.CpModel(); v = m.new_int_var(0, 3, 'v'); m.maximize(v)\n"
+        "s = cpsat.cp_model.CpSolver(); assert s.solve(m) == cpsat.cp_model.OPTIMAL\n"
+        "assert s.value(v) == 3\n"
+        "import pandas\n"
+        "assert hasattr(pandas, 'DataFrame'), 'the placeholder outlived the import'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
