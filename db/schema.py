@@ -192,7 +192,8 @@ class ContainerDemandRow(Base):
     cpu: Mapped[float | None] = mapped_column(Float)
     cpu_time_ns: Mapped[int | None] = mapped_column(BigInteger)
     memory_mb: Mapped[float] = mapped_column(Float)
-    #: where the CPU figure came from: "cgroup" (counter delta), "label", or "stats" (one sample)
+    #: where the CPU figure came from: "cgroup" (counter delta) or "stats" (one sample); "label" in
+    #: rows stored before a `peakpack.cpu` label became only the forecast's fallback
     source: Mapped[str] = mapped_column(String(10))
 
 

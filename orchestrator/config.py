@@ -438,6 +438,7 @@ class _SnapContainer(_Strict):
     group: str | None = None
     immovable: str | None = None
     ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
+    declared: bool = False
 
 
 class _Snapshot(_Strict):
@@ -477,7 +478,7 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             )
         containers.append(
             Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
-                      c.immovable, tuple(c.ports))
+                      c.immovable, tuple(c.ports), c.declared)
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:

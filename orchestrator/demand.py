@@ -22,9 +22,9 @@ from .forecast import forecast, window_epochs
 from .model import ClusterSnapshot
 from .settings import ForecastSettings
 
-#: a row's CPU figure is a counter delta over its interval; or what a label declares; or a
-#: one-second sample (no earlier counter to subtract)
-COUNTER, LABEL, SAMPLE = "cgroup", "label", "stats"
+#: a row's CPU figure is a counter delta over its interval, or a one-second sample (no earlier
+#: counter to subtract). Rows stored before labels became a fallback may say "label".
+COUNTER, SAMPLE = "cgroup", "stats"
 
 
 class DemandRow(Protocol):
@@ -103,7 +103,7 @@ def history_matrix(rows: Iterable[DemandRow], containers: Sequence[str], now: da
 @dataclass(frozen=True)
 class Forecast:
     """The CPU the planner is given for one container, and where it came from: "forecast" (from
-    `epochs` epochs of counter history), "label" (its newest row says a `peakpack.cpu` label
+    `epochs` epochs of counter history), "label" (no history yet, and a `peakpack.cpu` label
     declares it), or "observed" (no history yet: its one-second sample)."""
 
     container: str
@@ -115,9 +115,9 @@ class Forecast:
 def forecast_demand(snapshot: ClusterSnapshot, rows: Iterable[DemandRow], settings: ForecastSettings,
                     epoch_seconds: float) -> tuple[ClusterSnapshot, dict[str, Forecast]]:
     """The snapshot with each container's CPU replaced by its forecast over the window ending at
-    the snapshot's time; a declared container or one with no history keeps what was observed."""
+    the snapshot's time (the history the container has, if shorter); one with no history keeps
+    what its label declares, else what was observed."""
     rows = list(rows)
-    newest = {r.container: r.source for r in sorted(rows, key=lambda r: r.at)}
     names = [c.name for c in snapshot.containers]
     epochs = window_epochs(settings, epoch_seconds)
     history = history_matrix(rows, names, snapshot.taken_at, epoch_seconds, epochs)
@@ -126,9 +126,8 @@ def forecast_demand(snapshot: ClusterSnapshot, rows: Iterable[DemandRow], settin
     result: dict[str, Forecast] = {}
     containers = []
     for c, value, n in zip(snapshot.containers, predicted, seen):
-        declared = newest.get(c.name) == LABEL
-        if declared or np.isnan(value):
-            result[c.name] = Forecast(c.name, c.cpu, "label" if declared else "observed", int(n))
+        if np.isnan(value):
+            result[c.name] = Forecast(c.name, c.cpu, "label" if c.declared else "observed", int(n))
             containers.append(c)
         else:
             result[c.name] = Forecast(c.name, float(value), "forecast", int(n))

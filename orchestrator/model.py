@@ -181,7 +181,8 @@ class NodeState:
 class Container:
     """Observed container: `cpu` is cores in use, `node` where it runs now. `immovable` says why
     it cannot be live-migrated (None: it can); `ports` are the host ports it publishes
-    ('8080/tcp'), which no other container on its node may publish."""
+    ('8080/tcp'), which no other container on its node may publish. `declared`: `cpu` is what its
+    `peakpack.cpu` label declares, the fallback until its measured history gives a forecast."""
 
     name: str
     node: str
@@ -192,6 +193,7 @@ class Container:
     group: str | None = None
     immovable: str | None = None
     ports: tuple[str, ...] = ()
+    declared: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -208,6 +210,8 @@ class Container:
             d["immovable"] = self.immovable
         if self.ports:
             d["ports"] = list(self.ports)
+        if self.declared:
+            d["declared"] = True
         return d
 
 

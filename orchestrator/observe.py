@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from db.records import DemandRecord
@@ -23,7 +23,7 @@ from db.store import Store
 from migrate import spec
 from orchestrator.remote import RemoteShell, SshPool
 
-from .demand import COUNTER, LABEL, SAMPLE, Forecast, cores_between, forecast_demand
+from .demand import COUNTER, SAMPLE, Forecast, cores_between, forecast_demand
 from .errors import HostKeyError, NodeError
 from .forecast import window_epochs
 from .model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
@@ -83,7 +83,6 @@ class Usage:
     cpu_time_ns: int | None
     memory_mb: float
     sample_cores: float | None
-    declared: float | None = None  # the cores its `peakpack.cpu` label declares: the planner keeps them
 
 
 def parse_usage(node: str, text: str) -> dict[str, Usage]:
@@ -114,8 +113,8 @@ def parse_usage(node: str, text: str) -> dict[str, Usage]:
     return result
 
 
-def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> tuple[list[Container], set[str]]:
-    """The running containers, and the names of those whose CPU demand a label declares."""
+def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> list[Container]:
+    """The running containers; `declared` marks those whose CPU a `peakpack.cpu` label gives."""
     try:
         items = json.loads(inspect_json)
     except ValueError:
@@ -124,7 +123,7 @@ def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> t
         why_not = spec.immovable(items)
     except (KeyError, TypeError, AttributeError) as exc:
         raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
-    result, declared = [], set()
+    result = []
     for d in items:
         try:
             if not d["State"]["Running"]:
@@ -137,18 +136,16 @@ def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> t
             cls = labels.get("peakpack.class", "turtle")
             if cls not in ("devil", "turtle"):
                 raise NodeError(node, f"container {name}: label peakpack.class={cls!r}; use devil or turtle")
-            if "peakpack.cpu" in labels:
-                declared.add(name)
             result.append(Container(
                 name=name, node=node,
                 cpu=float(labels.get("peakpack.cpu", measured_cpu)),
                 memory_mb=float(labels.get("peakpack.memory_mb", measured_mem)),
                 image=d["Config"]["Image"], cls=ContainerClass(cls), group=labels.get("peakpack.group"),
-                immovable=why_not.get(name), ports=spec.published_ports(d),
+                immovable=why_not.get(name), ports=spec.published_ports(d), declared="peakpack.cpu" in labels,
             ))
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
-    return result, declared
+    return result
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,6 @@ class NodeView:
     containers: list[Container]
     unknown: str | None = None  # why the node could not be observed: plan around it, never on it
     usage: dict[str, Usage] = field(default_factory=dict)
-    declared: set[str] = field(default_factory=set)  # containers whose CPU a label declares
 
 
 async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
@@ -169,8 +165,8 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeVi
             ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
         )
         usage = parse_usage(node, used.stdout)
-        containers, declared = parse_containers(node, inspect.stdout, usage)
-        return NodeView(NodeState(node, powered=True), containers, usage=usage, declared=declared)
+        containers = parse_containers(node, inspect.stdout, usage)
+        return NodeView(NodeState(node, powered=True), containers, usage=usage)
     except HostKeyError as exc:
         return NodeView(NodeState(node, powered=True), [], str(exc))
     except NodeError as exc:
@@ -221,22 +217,19 @@ def observe_usage(inventory: Inventory, shell: RemoteShell | None = None,
         seen[c.name] = c.node
         containers.append(c)
     snapshot = ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
-    usage = [replace(v.usage[c.name], declared=c.cpu if c.name in v.declared else None)
-             for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
+    usage = [v.usage[c.name] for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
     return snapshot, usage
 
 
 def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord], at: datetime) -> list[DemandRecord]:
-    """This observation's demand rows: the cores its label declares (source "label": a declared
-    demand is a request, as in Kubernetes, and the planner keeps it), else the counter delta
-    against the container's previous row ("cgroup"), else the one-second sample ("stats"). Every
-    row keeps the counter, for the next delta and for per-container energy."""
+    """This observation's demand rows, always what was measured (a `peakpack.cpu` label is only the
+    forecast's fallback): the counter delta against the container's previous row ("cgroup"), else
+    the one-second sample ("stats"). Every row keeps the counter, for the next delta and for
+    per-container energy."""
     rows = []
     for u in usage:
         delta = cores_between(previous.get(u.container), u.node, u.cpu_time_ns, at)
         cpu, interval, source = (delta[0], delta[1], COUNTER) if delta else (u.sample_cores, None, SAMPLE)
-        if u.declared is not None:
-            cpu, source = u.declared, LABEL
         rows.append(DemandRecord(at=at, container=u.container, node=u.node, interval_s=interval, cpu=cpu,
                                  cpu_time_ns=u.cpu_time_ns, memory_mb=u.memory_mb, source=source))
     return rows

@@ -49,16 +49,17 @@ def test_cores_are_the_counter_delta_and_a_counter_that_went_down_starts_over() 
     assert cores_between(None, "n1", 40 * 10**9, T0) is None
 
 
-def test_observed_rows_are_deltas_against_the_previous_row_or_the_short_sample_or_the_label() -> None:
+def test_observed_rows_are_deltas_against_the_previous_row_or_the_short_sample() -> None:
     at = T0 + timedelta(seconds=30)
     usage = [Usage("web", "n1", 25 * 10**9, 12.0, 0.9), Usage("new", "n1", 10**9, 5.0, 0.2),
-             Usage("db", "n1", 40 * 10**9, 5.0, 0.2, declared=1.5)]
+             Usage("db", "n1", 40 * 10**9, 5.0, 0.2)]
+    # db's previous row is from a store written when labels were kept as rows: its counter still counts
     previous = {"web": row("web", T0, 0.1, ns=10 * 10**9), "db": row("db", T0, 1.5, ns=10 * 10**9, source="label")}
     web, new, db = demand_records(usage, previous, at)
     assert (web.cpu, web.interval_s, web.source, web.cpu_time_ns) == (0.5, 30.0, "cgroup", 25 * 10**9)
     assert (new.cpu, new.interval_s, new.source) == (0.2, None, "stats")
-    assert (db.cpu, db.source, db.cpu_time_ns) == (1.5, "label", 40 * 10**9)  # a declared demand is kept
-    # per-container energy reads the counters, whatever the CPU figure: db used 1 core
+    assert (db.cpu, db.source, db.cpu_time_ns) == (1.0, "cgroup", 40 * 10**9)  # measured, label or not
+    # per-container energy reads the counters: db used 1 core
     assert measured_cores([previous["db"], db, previous["web"], web], "n1", T0) == {"db": 1.0, "web": 0.5}
     assert measured_cores([previous["db"], db], "n1", at) == {}  # its newest row is not in the interval
 
@@ -77,18 +78,18 @@ def test_history_is_one_column_per_epoch_weighted_by_each_rows_interval() -> Non
     assert np.isnan(h[1]).all()
 
 
-def test_the_planner_gets_the_forecast_and_a_container_without_history_what_was_observed() -> None:
+def test_the_planner_gets_the_forecast_and_a_container_without_history_its_label_or_what_was_observed() -> None:
     snap = ClusterSnapshot(nodes=(NodeState("n1"),), taken_at=T0 + timedelta(seconds=180),
-                           containers=(Container("a", "n1", 0.1, 10), Container("b", "n1", 0.7, 10)))
+                           containers=(Container("a", "n1", 0.1, 10, declared=True), Container("b", "n1", 0.7, 10),
+                                       Container("c", "n1", 0.4, 10, declared=True)))
     rows = [row("a", T0 + timedelta(seconds=60), 1.0), row("a", T0 + timedelta(seconds=120), 2.0),
             row("a", T0 + timedelta(seconds=180), 3.0)]
     planned, forecasts = forecast_demand(snap, rows, ForecastSettings(window_seconds=120), 60)
-    assert planned.container("a").cpu == pytest.approx(2.5)  # the mean of the last two epochs
+    # a's label says 0.1 but it has history: the mean of the last two epochs wins
+    assert planned.container("a").cpu == pytest.approx(2.5)
     assert forecasts["a"].source == "forecast" and forecasts["a"].epochs == 2
     assert planned.container("b").cpu == 0.7 and forecasts["b"].source == "observed"
-    declared = forecast_demand(snap, [*rows, row("a", T0 + timedelta(seconds=180), 0.1, source="label")],
-                               ForecastSettings(window_seconds=120), 60)
-    assert declared[0].container("a").cpu == 0.1 and declared[1]["a"].source == "label"
+    assert planned.container("c").cpu == 0.4 and forecasts["c"].source == "label"  # no history: its label
     quantile = forecast_demand(snap, rows, ForecastSettings(window_seconds=180, quantile=1.0), 60)[0]
     assert quantile.container("a").cpu == pytest.approx(3.0)
 

@@ -31,10 +31,10 @@ def test_unsafe_container_names_are_refused(bad: str) -> None:
         container_name(bad)
 
 
-def test_observer_prefers_declared_demand_and_reads_labels() -> None:
+def test_observer_reads_declared_demand_from_labels() -> None:
     usage = parse_usage("node-1", "# 10.0\nweb-1 0 20971520\n# 11.0\nweb-1 125000000 20971520\n")
-    [c], declared = parse_containers("node-1", json.dumps(INSPECT), usage)
-    assert declared == {"web-1"}
+    [c] = parse_containers("node-1", json.dumps(INSPECT), usage)
+    assert c.declared  # the forecast's fallback until the container has history
     assert (c.cpu, c.memory_mb, c.cls, c.group, c.node) == (1.5, 20.0, ContainerClass.DEVIL, "shop", "node-1")
     assert usage["web-1"].sample_cores == 0.125
     with pytest.raises(NodeError, match="node-1"):
