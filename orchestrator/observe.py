@@ -3,9 +3,9 @@ memory in use, class and group from labels), and whether it is powered at all.
 
 Each container is marked movable or not, with the reason, by the same rule migration preflight
 applies (`migrate.spec`), so the planner never proposes a move that preflight would refuse.
-A container's demand is what its labels declare (`peakpack.cpu` cores, `peakpack.memory_mb`) when
-present, like a request in Kubernetes, else what its cgroup's counters measure over one second;
-the service then plans on the forecast from the stored demand history (`demand`). A node that does
+A container's CPU is what its cgroup's counters measure (stored every observation; the planner
+gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
+has history, and `peakpack.memory_mb` declares its memory. A node that does
 not answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
 held: the plan neither moves containers onto or off it nor switches it, and the rest of the
 cluster is planned (and woken) as usual."""

@@ -56,10 +56,12 @@ def where(lab: Lab) -> dict[str, list[str]]:
     return found
 
 
-def planned_cpu(db: Path) -> dict[str, float]:
-    """container -> the cores the newest plan was made with (its forecast, or its label without history)"""
+def planned_cpu(db: Path, plan_id: int | None = None) -> dict[str, float]:
+    """container -> the cores a plan (default: the newest) was made with (its forecast, or its
+    label while it has no history)"""
     with sqlite3.connect(db) as conn:
-        [(snapshot,)] = conn.execute("SELECT snapshot_json FROM plans ORDER BY id DESC LIMIT 1").fetchall()
+        [(snapshot,)] = conn.execute("SELECT snapshot_json FROM plans WHERE id = coalesce(?, (SELECT max(id) FROM plans))",
+                                     (plan_id,)).fetchall()
     return {c["name"]: c["cpu"] for c in json.loads(snapshot)["containers"]}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lab import Lab
-from tests.integration.test_service import REPO, history, serve, spread_thinly, start, where
+from tests.integration.test_service import REPO, history, planned_cpu, serve, spread_thinly, start, where
 from tests.support.browser import Browser
 
 pytestmark = pytest.mark.integration
@@ -70,8 +70,9 @@ def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(clean_lab: Lab
     spread_thinly(lab)
     serve(lab, db, "--once")  # consolidates: migrations, power-off, energy rows
     [host] = {nodes[0] for nodes in where(lab).values()}
-    start(lab, host, "burst-1", 0.6)
-    start(lab, host, "burst-2", 0.6)  # now over the cap: the next plan wakes a node and moves work
+    # new containers plan on their labels: 1.5 cores is over the cap, the next plan wakes a node
+    start(lab, host, "burst-1", 0.75)
+    start(lab, host, "burst-2", 0.75)
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--inventory", str(inventory),
                            "--db", f"sqlite:///{db}", "--time-limit", "5", "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
@@ -107,9 +108,11 @@ def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(clean_lab: Lab
     assert applied["decided_by"] == "web:browser-test"
     placement = where(lab)
     assert sorted(placement) == ["app-1", "app-2", "app-3", "burst-1", "burst-2"]
+    cpu = planned_cpu(db, recommended)  # the apps on their measured history, the bursts on their labels
+    assert cpu["burst-1"] == cpu["burst-2"] == 0.75, cpu
     load: dict[str, float] = {}
     for name, [node] in placement.items():
-        load[node] = load.get(node, 0) + (0.6 if name.startswith("burst") else 0.3)
+        load[node] = load.get(node, 0) + cpu[name]
     assert len(load) >= 2 and max(load.values()) <= 0.7 * 2 + 1e-9, load
 
 
