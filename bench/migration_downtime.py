@@ -1,6 +1,6 @@
 """Live-migration downtime on the real lab for containers holding 16, 64 and 256 MB of touched
-memory and 0, 64 and 512 MB of volume data (a measurement, not a test; needs root and
-scripts/install-system-deps.sh).
+memory and 0, 64 and 512 MB of volume data, plus as much again written into their writable layer
+(a measurement, not a test; needs root and scripts/install-system-deps.sh).
 
     .venv/bin/python bench/migration_downtime.py [--sizes 16,64,256] [--volumes 0,64,512] [--dir DIR]
 
@@ -10,8 +10,8 @@ while frozen, with the frozen time split into CRIU dump, transfer, restore and o
 rest: restart policy, docker's own bookkeeping, verification); next to it, the plain path on one
 node in the same run: `docker checkpoint create` + `docker start --checkpoint` of an identical
 container. Ratios printed at the end:
-- volume effect: frozen time with 512 MB of volume data / with none (target <= 1.10: volume and
-  layer data move before the freeze);
+- volume effect: frozen time with 512 MB of volume data and 512 MB in the layer / with none
+  (target <= 1.10: volume and layer data move before the freeze);
 - orchestration overhead: (frozen - transfer) / plain (target <= 1.3: what we add on top of
   docker's own checkpoint and restore, the node-to-node copy aside).
 These VMs are noisy: compare ratios within one run, not absolute times across runs.
@@ -35,8 +35,10 @@ from orchestrator.config import load_inventory  # noqa: E402
 from orchestrator.remote import RemoteShell  # noqa: E402
 
 IMAGE = "peakpack/busybox:lab"
-#: a shell variable of N MB of 'x' keeps N MB of anonymous memory touched
-HOLD = 'x=$(head -c "$1"m /dev/zero | tr "\\0" x); echo ready; while :; do sleep 1; done'
+#: $2 MB of random data in the writable layer (copied like a volume, before the freeze), then a
+#: shell variable of $1 MB of 'x' keeps that much anonymous memory touched
+HOLD = ('head -c "$2"m /dev/urandom > /layer.bin; x=$(head -c "$1"m /dev/zero | tr "\\0" x); echo ready; '
+        'while :; do sleep 1; done')
 
 
 @dataclass
@@ -65,6 +67,7 @@ def run(lab: Lab, node: str, *argv: str) -> str:
 
 
 def start(lab: Lab, node: str, name: str, mb: int, volume_mb: int) -> None:
+    """A container holding `mb` MB of memory, `volume_mb` MB in a volume and as much in its layer."""
     mount: list[str] = []
     if volume_mb:
         run(lab, node, "docker", "volume", "create", f"{name}-data")
@@ -72,7 +75,7 @@ def start(lab: Lab, node: str, name: str, mb: int, volume_mb: int) -> None:
             f"head -c {volume_mb}m /dev/urandom > /data/blob")
         mount = ["-v", f"{name}-data:/data"]
     run(lab, node, "docker", "run", "-d", "--name", name, "--network", "none", *mount, IMAGE, "sh", "-c", HOLD,
-        "sh", str(mb))
+        "sh", str(mb), str(volume_mb))
     deadline = time.monotonic() + 300
     while "ready" not in run(lab, node, "docker", "logs", name):
         if time.monotonic() > deadline:
@@ -100,7 +103,7 @@ def plain(lab: Lab, mb: int, volume_mb: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="16,64,256")
-    ap.add_argument("--volumes", default="0,64,512")
+    ap.add_argument("--volumes", default="0,64,512", help="MB of data in a volume, and as much again in the layer")
     ap.add_argument("--dir", type=Path)
     args = ap.parse_args()
     own = args.dir is None
@@ -110,7 +113,7 @@ def main() -> None:
     rows: list[Row] = []
     try:
         inv = load_inventory(lab.inventory_path)
-        print(f"{'MB':>4} {'vol MB':>6} {'frozen s':>8} {'total s':>7} {'MB frozen':>9} {'dump s':>6} "
+        print(f"{'MB':>4} {'vol+layer MB':>12} {'frozen s':>8} {'total s':>7} {'MB frozen':>9} {'dump s':>6} "
               f"{'xfer s':>6} {'rest. s':>7} {'orch. s':>7} {'plain s':>7} {'frozen/plain':>12} {'state':>9}")
         with Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store, RemoteShell(inv) as shell:
             for mb in (int(x) for x in args.sizes.split(",")):
@@ -124,7 +127,7 @@ def main() -> None:
                               (t.checkpoint_ms or 0) / 1e3, (t.transfer_ms or 0) / 1e3, (t.restore_ms or 0) / 1e3,
                               plain(lab, mb, volume_mb), r.state.value)
                     rows.append(row)
-                    print(f"{mb:4d} {volume_mb:6d} {row.frozen:8.2f} {row.total:7.2f} {row.frozen_mb:9.1f} "
+                    print(f"{mb:4d} {volume_mb:12d} {row.frozen:8.2f} {row.total:7.2f} {row.frozen_mb:9.1f} "
                           f"{row.dump:6.2f} {row.transfer:6.2f} {row.restore:7.2f} {row.orchestration:7.2f} "
                           f"{row.plain:7.2f} {row.frozen / row.plain:12.2f} {row.state:>9}", flush=True)
                     remove(lab, "node-2", name)
@@ -135,7 +138,7 @@ def main() -> None:
     vols = sorted({r.volume_mb for r in rows})
     for mb in sorted({r.mb for r in rows}):
         if len(vols) > 1 and (mb, vols[0]) in by and (mb, vols[-1]) in by:
-            print(f"{mb} MB: frozen with {vols[-1]} MB of volume / with {vols[0]} MB: "
+            print(f"{mb} MB: frozen with {vols[-1]} MB of volume and layer each / with {vols[0]} MB: "
                   f"{by[(mb, vols[-1])].frozen / by[(mb, vols[0])].frozen:.2f} (target <= 1.10)")
     overhead = [(r.frozen - r.transfer) / r.plain for r in rows if r.plain]
     if overhead:

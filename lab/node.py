@@ -19,7 +19,7 @@ from orchestrator.errors import PeakpackError
 
 from .layout import NodeLayout
 
-#: runc finds criu on PATH; the lab's CRIU 4.1 lives in /usr/local/sbin.
+#: runc finds criu on PATH; the lab's CRIU 4.2 lives in /usr/local/sbin.
 DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
