@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,12 @@ def criu_version(text: str) -> tuple[int, ...]:
         if line.startswith("Version:"):
             return tuple(int(p) for p in line.split(":", 1)[1].strip().split(".") if p.isdigit())
     return ()
+
+
+def handles_tcp(runc_conf: str) -> bool:
+    """Whether a CRIU config (`/etc/criu/runc.conf`) tells CRIU what to do with established TCP
+    connections; without it a container with one cannot be checkpointed."""
+    return any(line.strip() in TCP_OPTIONS for line in runc_conf.splitlines())
 
 
 class Migration:
@@ -200,26 +206,21 @@ class Migration:
                 raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
                                       "copied only between overlay2 engines")
         self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
-        versions, flags = await asyncio.gather(
+        versions, (here, there) = await asyncio.gather(
             asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
-            asyncio.gather(*(self._cpu_flags(n) for n in (self.source, self.target))),
+            asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
         )
         if versions[0] != versions[1]:
             raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "
                                  "install the same version on both")
-        missing = flags[0] - flags[1]
-        if missing:
-            raise MigrationError(f"--to: {self.target} lacks CPU features the container may use: "
-                                 f"{' '.join(sorted(missing)[:6])}")
-        for path in spec.bind_sources(src):  # only shared paths get here (spec.why_immovable)
-            if not (await self.ssh.run(self.target, ["test", "-e", path], check=False)).ok:
-                raise MigrationError(f"--to: shared path {path} does not exist on {self.target}; mount the "
-                                     "shared storage there first")
-        await self._check_networks()
-        for v in spec.volumes(src):
-            if await self._volume_or_none(self.target, v.name) is not None:
-                raise MigrationError(f"--to: volume {v.name} already exists on {self.target}; remove it there "
-                                     "first (the copy would overwrite it)")
+        why_not = spec.why_not_onto(src, here, there, self.target)
+        if why_not is not None:
+            raise MigrationError(f"--to: {why_not}")
+        for name in spec.user_networks(src):
+            if name not in here.networks:
+                raise NodeError(self.source, f"network {name} of {self.container} is gone")
+            if name not in there.networks:
+                self.networks_to_create.append(spec.network_create_args(here.networks[name]))
         await self._ensure_image()
         self.facts = Facts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
                            volumes=tuple(v.name for v in spec.volumes(src)),
@@ -241,32 +242,17 @@ class Migration:
             raise NodeError(node, f"CRIU {'.'.join(map(str, version)) or '?'} cannot dump TCP sockets on this "
                                   "kernel; install CRIU >= 4.2 (scripts/build-criu.sh)")
         conf = await self.ssh.run(node, ["cat", CRIU_RUNC_CONF], check=False)
-        if not any(line.strip() in TCP_OPTIONS for line in conf.stdout.splitlines()):
+        if not handles_tcp(conf.stdout):
             raise NodeError(node, f"{CRIU_RUNC_CONF} does not say tcp-close; add that line so open TCP "
                                   "connections are closed on restore instead of blocking the checkpoint")
         return ".".join(map(str, version))
 
-    async def _cpu_flags(self, node: str) -> set[str]:
-        res = await self.ssh.run(node, ["grep", "-m1", "^flags", "/proc/cpuinfo"])
-        return set(res.stdout.split(":", 1)[-1].split())
-
-    async def _network_or_none(self, node: str, name: str) -> dict[str, Any] | None:
-        return await self.engines.call_or_none(node, lambda api: api.inspect_network(name))
+    async def _node_facts(self, node: str, paths: Sequence[str]) -> spec.NodeFacts:
+        """The facts `spec.why_not_onto` judges, read as the observer reads them."""
+        return spec.parse_node_facts(node, (await self.ssh.run(node, spec.node_facts_argv(paths), timeout=60)).stdout)
 
     async def _volume_or_none(self, node: str, name: str) -> dict[str, Any] | None:
         return await self.engines.call_or_none(node, lambda api: api.inspect_volume(name))
-
-    async def _check_networks(self) -> None:
-        for name in spec.user_networks(self.src):
-            theirs = await self._network_or_none(self.source, name)
-            if theirs is None:
-                raise NodeError(self.source, f"network {name} of {self.container} is gone")
-            ours = await self._network_or_none(self.target, name)
-            if ours is None:
-                self.networks_to_create.append(spec.network_create_args(theirs))
-            elif (differs := spec.same_network(theirs, ours)) is not None:
-                raise MigrationError(f"--to: network {name} on {self.target} has {differs}; make them the same "
-                                     "or choose another node")
 
     async def _ensure_image(self) -> None:
         """The target must hold the very image the source runs (same ID) under the name the

@@ -13,10 +13,13 @@ of other drivers, a volume shared with another container) make it immovable, wit
 from __future__ import annotations
 
 import copy
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.errors import NodeError
 
 #: label an operator sets to keep a container where it is
 OPT_OUT_LABEL = "peakpack.migrate"
@@ -103,7 +106,9 @@ def why_immovable(d: Inspect) -> str | None:
                 f"{SHARED_PATHS_LABEL}=true if the path is shared storage on every node")
     for v in volumes(d):
         if v.driver != "local":
-            return f"volume {v.name} uses the {v.driver} driver; only local volumes are copied"
+            return (f"volume {v.name} uses the {v.driver} driver; only local volumes are copied: use a local "
+                    f"volume, or mount that storage on every node and bind-mount it with the label "
+                    f"{SHARED_PATHS_LABEL}=true")
     driver = d.get("GraphDriver", {}).get("Name")
     if driver and driver != "overlay2":
         return f"its writable layer is on the {driver} storage driver; only overlay2 layers are copied"
@@ -130,6 +135,93 @@ def immovable(containers: Iterable[Inspect]) -> dict[str, str]:
         if why is not None:
             result[name] = why
     return result
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node holds that decides whether a container may move onto it (or, for its own
+    node, what the container takes along): volume names, networks (inspect documents: driver and
+    subnets), CPU flags, and which of the asked-about shared paths exist there."""
+
+    volumes: frozenset[str] = frozenset()
+    networks: Mapping[str, Inspect] = field(default_factory=dict)
+    cpu_flags: frozenset[str] = frozenset()
+    paths: frozenset[str] = frozenset()
+
+
+#: NodeFacts read over SSH (`sh -c NODE_FACTS_SCRIPT sh PATH...`): the CPU flags line, "volume NAME"
+#: lines, "path PATH" for each argument that exists, then "networks" and `docker network inspect`
+#: of every network. A failing docker call fails the script: an error is not an empty node.
+NODE_FACTS_SCRIPT = r"""
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+vols=$(docker volume ls -q) || exit 1
+nets=$(docker network ls -q) || exit 1
+echo "$flags"
+for v in $vols; do echo "volume $v"; done
+for p in "$@"; do if [ -e "$p" ]; then echo "path $p"; fi; done
+echo networks
+docker network inspect $nets || exit 1
+"""
+
+
+def node_facts_argv(paths: Iterable[str] = ()) -> list[str]:
+    """The command that reads a node's NodeFacts, asking which of `paths` exist there."""
+    return ["sh", "-c", NODE_FACTS_SCRIPT, "sh", *paths]
+
+
+def parse_node_facts(node: str, text: str) -> NodeFacts:
+    """NODE_FACTS_SCRIPT's output on `node` -> NodeFacts."""
+    head, sep, nets = text.partition("\nnetworks\n")
+    try:
+        networks = {n["Name"]: n for n in json.loads(nets)} if sep else None
+    except (ValueError, KeyError, TypeError):
+        networks = None
+    if networks is None:
+        raise NodeError(node, f"its volumes and networks answered something unexpected: {text[:80]!r}")
+    flags: set[str] = set()
+    vols: set[str] = set()
+    paths: set[str] = set()
+    for line in head.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "volume":
+            vols.add(rest)
+        elif kind == "path":
+            paths.add(rest)
+        elif line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return NodeFacts(frozenset(vols), networks, frozenset(flags), frozenset(paths))
+
+
+def shared_paths(containers: Iterable[Inspect]) -> list[str]:
+    """The bind sources that must exist on a target (only movable containers have any: those
+    labelled with SHARED_PATHS_LABEL)."""
+    return sorted({p for d in containers if why_immovable(d) is None for p in bind_sources(d)})
+
+
+def why_not_onto(d: Inspect, here: NodeFacts, there: NodeFacts, target: str) -> str | None:
+    """Why a movable container cannot move onto `target` (facts `there`) from its node (facts
+    `here`), one line naming the fix; None if it can. Preflight refuses these moves and the
+    planner's eligibility never proposes them."""
+    missing = here.cpu_flags - there.cpu_flags
+    if missing:
+        return f"{target} lacks CPU features the container may use: {' '.join(sorted(missing)[:6])}; choose another node"
+    for path in bind_sources(d):
+        if path not in there.paths:
+            return f"shared path {path} does not exist on {target}; mount the shared storage there first"
+    for name in user_networks(d):
+        ours, theirs = here.networks.get(name), there.networks.get(name)
+        if ours is not None and theirs is not None and (differs := same_network(ours, theirs)) is not None:
+            return f"network {name} on {target} has {differs}; make them the same or choose another node"
+    for v in volumes(d):
+        if v.name in there.volumes:
+            return f"volume {v.name} already exists on {target}; remove it there first (the copy would overwrite it)"
+    return None
+
+
+def refused_targets(d: Inspect, node: str, facts: Mapping[str, NodeFacts]) -> tuple[tuple[str, str], ...]:
+    """(target, reason) for every other node in `facts` that `why_not_onto` refuses to `d` on `node`."""
+    return tuple((t, why) for t, there in sorted(facts.items())
+                 if t != node and (why := why_not_onto(d, facts[node], there, t)) is not None)
 
 
 def port_clashes(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:

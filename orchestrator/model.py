@@ -182,7 +182,10 @@ class Container:
     """Observed container: `cpu` is cores in use, `node` where it runs now. `immovable` says why
     it cannot be live-migrated (None: it can); `ports` are the host ports it publishes
     ('8080/tcp'), which no other container on its node may publish. `declared`: `cpu` is what its
-    `peakpack.cpu` label declares, the fallback until its measured history gives a forecast."""
+    `peakpack.cpu` label declares, the fallback until its measured history gives a forecast.
+    `refused_on`: (node, reason) for nodes migration preflight would refuse as its target (a
+    volume of its name there, another network of one of its names, missing CPU flags or shared
+    paths); observed, so not part of a snapshot file."""
 
     name: str
     node: str
@@ -194,6 +197,7 @@ class Container:
     immovable: str | None = None
     ports: tuple[str, ...] = ()
     declared: bool = False
+    refused_on: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {

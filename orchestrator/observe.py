@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from db.records import DemandRecord
@@ -113,12 +113,24 @@ def parse_usage(node: str, text: str) -> dict[str, Usage]:
     return result
 
 
-def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> list[Container]:
-    """The running containers; `declared` marks those whose CPU a `peakpack.cpu` label gives."""
+def parse_inspect(node: str, inspect_json: str) -> list[spec.Inspect]:
+    """INSPECT_ALL's output -> every container's inspect document."""
     try:
         items = json.loads(inspect_json)
     except ValueError:
         raise NodeError(node, "docker inspect answered something that is not JSON") from None
+    if not isinstance(items, list):
+        raise NodeError(node, "docker inspect answered something that is not a list")
+    return items
+
+
+def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> list[Container]:
+    """The running containers; `declared` marks those whose CPU a `peakpack.cpu` label gives."""
+    return containers_of(node, parse_inspect(node, inspect_json), usage)
+
+
+def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usage]) -> list[Container]:
+    """`parse_containers` on inspect documents already read."""
     try:
         why_not = spec.immovable(items)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -156,17 +168,25 @@ class NodeView:
     containers: list[Container]
     unknown: str | None = None  # why the node could not be observed: plan around it, never on it
     usage: dict[str, Usage] = field(default_factory=dict)
+    #: what decides whether a container may move onto this node (None: not observed)
+    facts: spec.NodeFacts | None = None
+    #: the inspect documents of its running containers, by name, for `spec.why_not_onto`
+    inspected: dict[str, spec.Inspect] = field(default_factory=dict)
 
 
 async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
     try:
-        inspect, used = await asyncio.gather(
+        inspect, used, facts = await asyncio.gather(
             ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
             ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
+            ssh.run(node, spec.node_facts_argv(), timeout=60),
         )
         usage = parse_usage(node, used.stdout)
-        containers = parse_containers(node, inspect.stdout, usage)
-        return NodeView(NodeState(node, powered=True), containers, usage=usage)
+        items = parse_inspect(node, inspect.stdout)
+        containers = containers_of(node, items, usage)
+        running = {spec.name_of(d): d for d in items if d["State"]["Running"]}
+        return NodeView(NodeState(node, powered=True), containers, usage=usage,
+                        facts=spec.parse_node_facts(node, facts.stdout), inspected=running)
     except HostKeyError as exc:
         return NodeView(NodeState(node, powered=True), [], str(exc))
     except NodeError as exc:
@@ -177,6 +197,35 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeVi
         return NodeView(NodeState(node, powered=True), [],
                         f"node {node}: not observed and its BMC {'says it is on' if state else 'cannot tell'}: "
                         f"{str(exc).split(': ', 1)[-1]}")
+
+
+async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe) -> list[NodeView]:
+    """Every node at once, each movable container then told which observed nodes migration
+    preflight would refuse it (`spec.why_not_onto`). Shared paths to look for are known only once
+    every node answered, so a second read asks the nodes for them, only when there are any; a node
+    that cannot answer it counts as lacking them."""
+    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power) for n in nodes)))
+    paths = spec.shared_paths(d for v in views for d in v.inspected.values())
+    if paths:
+        async def with_paths(v: NodeView) -> NodeView:
+            if v.facts is None:
+                return v
+            try:
+                res = await ssh.run(v.state.name, spec.node_facts_argv(paths), timeout=60)
+                return replace(v, facts=spec.parse_node_facts(v.state.name, res.stdout))
+            except NodeError:
+                return v
+
+        views = list(await asyncio.gather(*(with_paths(v) for v in views)))
+    facts = {v.state.name: v.facts for v in views if v.facts is not None}
+    return [replace(v, containers=[with_refusals(c, v, facts) for c in v.containers]) for v in views]
+
+
+def with_refusals(c: Container, view: NodeView, facts: Mapping[str, spec.NodeFacts]) -> Container:
+    """`c` with the nodes preflight would refuse it (only a movable container has any)."""
+    if c.immovable is not None or c.name not in view.inspected:
+        return c
+    return replace(c, refused_on=spec.refused_targets(view.inspected[c.name], c.node, facts))
 
 
 def observe_cluster(inventory: Inventory, shell: RemoteShell | None = None,
@@ -196,15 +245,10 @@ def observe_usage(inventory: Inventory, shell: RemoteShell | None = None,
     own = shell is None
     shell = shell or RemoteShell(inventory)
     try:
-        results = shell.gather([observe_node(shell.pool, n.name, bmc_power) for n in inventory.nodes])
+        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power))
     finally:
         if own:
             shell.close()
-    views: list[NodeView] = []
-    for r in results:
-        if isinstance(r, BaseException):  # observe_node turns node failures into views: this is a bug
-            raise r
-        views.append(r)
     held = {v.state.name: v.unknown for v in views if v.unknown is not None}
     seen: dict[str, str] = {}
     containers = []

@@ -25,8 +25,8 @@ MAX_PORT_ROUNDS = 5
 def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, frozenset[str]]:
     """Where each container may run: an immovable one, or one on a held node, only where it is;
     none on a held node it is not on; one that publishes a host port nowhere another container
-    already publishes that port (migration preflight refuses these moves, so the planner must not
-    propose them)."""
+    already publishes that port, and none on a node its `refused_on` names (migration preflight
+    refuses these moves, so the planner must not propose them)."""
     holders: dict[str, set[str]] = defaultdict(set)
     for c in snapshot.containers:
         for port in c.ports:
@@ -37,7 +37,7 @@ def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, fr
         if c.immovable is not None or c.node in snapshot.held:
             result[c.name] = frozenset({c.node})
             continue
-        allowed = open_nodes - {n for p in c.ports for n in holders[p] if n != c.node}
+        allowed = open_nodes - {n for p in c.ports for n in holders[p] if n != c.node} - {n for n, _ in c.refused_on}
         if allowed != frozenset(inventory.node_names):
             result[c.name] = allowed
     return result

@@ -1,15 +1,20 @@
 """The one rule for "can this container move" and the target's create body, on inspect documents
-shaped like dockerd 20.10's; and the planner honouring the rule (immovable containers and
-published ports) so no plan proposes a move that preflight refuses."""
+shaped like dockerd 20.10's; what preflight refuses about one target (the same rule the observer
+applies to every node); and the planner honouring both (immovable containers, published ports,
+refused targets) so no plan proposes a move that preflight refuses."""
 
 from __future__ import annotations
 
 import copy
+import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from migrate import spec
+from migrate.handler import MIN_CRIU, criu_version, handles_tcp
+from orchestrator.errors import NodeError
 from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState,
                                 PowerCurve)
 from orchestrator.planning import eligibility, make_plan, port_clashes
@@ -126,6 +131,65 @@ def test_networks_compare_by_driver_and_subnet() -> None:
     assert (args["name"], args["driver"], args["ipam"]["Config"]) == ("appnet", "bridge", [{"Subnet": "172.30.0.0/24"}])
 
 
+# -- the per-target rule: what preflight refuses about one target ----------------------------
+
+APPNET = {"Name": "appnet", "Driver": "bridge", "IPAM": {"Config": [{"Subnet": "172.30.0.0/24"}]}}
+HERE = spec.NodeFacts(volumes=frozenset({"data", "f00d"}), networks={"appnet": APPNET},
+                      cpu_flags=frozenset({"fpu", "sse2", "avx2"}))
+
+
+@pytest.mark.parametrize("there, words", [
+    (spec.NodeFacts(cpu_flags=frozenset({"fpu", "sse2"})), "node-2 lacks CPU features the container may use: avx2"),
+    (replace(HERE, volumes=frozenset({"data"})), "volume data already exists on node-2; remove it there first"),
+    (replace(HERE, volumes=frozenset(), networks={"appnet": {**APPNET, "Driver": "macvlan"}}),
+     "network appnet on node-2 has driver macvlan instead of bridge; make them the same"),
+    (replace(HERE, volumes=frozenset(), networks={"appnet": {**APPNET, "IPAM": {"Config": [{"Subnet": "10.9.0.0/16"}]}}}),
+     "network appnet on node-2 has subnet 10.9.0.0/16 instead of 172.30.0.0/24"),
+])
+def test_a_target_is_refused_with_the_reason_and_the_fix(there: spec.NodeFacts, words: str) -> None:
+    assert words in (spec.why_not_onto(SERVICE, HERE, there, "node-2") or "")
+
+
+def test_a_target_with_the_same_flags_no_clashing_volume_and_the_same_networks_is_fine() -> None:
+    missing_networks_are_created = spec.NodeFacts(cpu_flags=frozenset({"fpu", "sse2", "avx2", "avx512f"}))
+    assert spec.why_not_onto(SERVICE, HERE, missing_networks_are_created, "node-2") is None
+    assert spec.why_not_onto(SERVICE, HERE, replace(HERE, volumes=frozenset()), "node-2") is None
+
+
+def test_shared_paths_must_exist_on_the_target() -> None:
+    shared = variant(Config__Labels={spec.SHARED_PATHS_LABEL: "true"},
+                     Mounts=[{"Type": "bind", "Source": "/srv/shop", "Destination": "/srv", "RW": True}])
+    assert spec.shared_paths([shared, SERVICE]) == ["/srv/shop"]
+    assert spec.shared_paths([variant(Mounts=shared["Mounts"])]) == []  # immovable anyway: never asked
+    lacking = spec.NodeFacts(cpu_flags=HERE.cpu_flags)
+    assert "shared path /srv/shop does not exist on node-3; mount the shared storage" in (
+        spec.why_not_onto(shared, HERE, lacking, "node-3") or "")
+    assert spec.why_not_onto(shared, HERE, replace(lacking, paths=frozenset({"/srv/shop"})), "node-3") is None
+    facts = {"node-1": HERE, "node-2": replace(lacking, paths=frozenset({"/srv/shop"})), "node-3": lacking}
+    assert [t for t, _ in spec.refused_targets(shared, "node-1", facts)] == ["node-3"]
+
+
+def test_node_facts_are_read_from_the_script_output() -> None:
+    text = ("flags\t\t: fpu sse2 avx2\nvolume data\nvolume networks\npath /srv/shop\nnetworks\n"
+            + json.dumps([APPNET, {"Name": "bridge", "Driver": "bridge"}]))
+    facts = spec.parse_node_facts("node-2", text)
+    assert facts.cpu_flags == {"fpu", "sse2", "avx2"} and facts.volumes == {"data", "networks"}
+    assert facts.paths == {"/srv/shop"} and set(facts.networks) == {"appnet", "bridge"}
+    assert spec.parse_node_facts("node-2", "\nnetworks\n[]") == spec.NodeFacts()  # no flags line (not x86)
+    with pytest.raises(NodeError, match="node-2"):
+        spec.parse_node_facts("node-2", "Cannot connect to the Docker daemon")
+    argv = spec.node_facts_argv(["/srv/a b"])
+    assert argv[:2] == ["sh", "-c"] and argv[-1] == "/srv/a b"  # paths are arguments, never spliced in
+
+
+def test_criu_versions_and_the_tcp_option_are_read() -> None:
+    assert criu_version("Version: 4.2\nGitID: v4.2\n") == (4, 2)
+    assert criu_version("Version: 4.1.1\n") == (4, 1, 1) < MIN_CRIU <= criu_version("Version: 4.2.1")
+    assert criu_version("criu: command not found") == ()
+    assert handles_tcp("# peakpack\ntcp-close\n") and handles_tcp("  tcp-established  ")
+    assert not handles_tcp("") and not handles_tcp("# tcp-close\nshell-job\n")
+
+
 # -- the planner honours the rule --------------------------------------------------------------
 
 def cluster(*containers: Container) -> tuple[Inventory, ClusterSnapshot]:
@@ -155,6 +219,15 @@ def test_a_published_port_keeps_containers_off_nodes_where_it_is_taken() -> None
     plan = make_plan(inv, snap, time_limit_s=2)
     final = snap.placement() | {a.container: a.target for a in plan.migrations}
     assert final["web1"] != final["web2"] and port_clashes(snap, final) == {}
+
+
+def test_targets_preflight_would_refuse_are_never_planned() -> None:
+    # node-3 is where the planner would consolidate everything, but preflight refuses it for "vol"
+    inv, snap = cluster(Container("vol", "node-1", 0.3, 64, refused_on=(("node-3", "volume data already exists"),)),
+                        Container("b", "node-2", 0.3, 64), Container("big", "node-3", 1.0, 64))
+    assert eligibility(inv, snap) == {"vol": frozenset({"node-1", "node-2"})}
+    plan = make_plan(inv, snap, time_limit_s=2)
+    assert ("vol", "node-3") not in {(a.container, a.target) for a in plan.migrations}
 
 
 def test_port_clashes_blame_the_container_that_moves() -> None:
