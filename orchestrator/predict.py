@@ -14,14 +14,14 @@ line measured on the lab (docs/migration.md, "touched MB" vs "frozen s": 2.7-3.4
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .model import MEASURED_SOURCES, ClusterSnapshot, Inventory, cluster_metrics
+from .model import MEASURED_SOURCES, ClusterSnapshot, Inventory, NodeLoad, cluster_metrics, node_loads
 from .plan import ActionKind, Plan, apply_action
 from .settings import PlannerSettings
 
@@ -88,6 +88,9 @@ class Prediction:
     horizon_s: float
     actions: tuple[ActionPrediction, ...]
     frozen: FrozenModel
+    #: each node the plan leaves on -> (its curve's power at its load after the plan, the curve's
+    #: idle power): what the ledger sets against each node's energy rows
+    nodes_after: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def energy_saved_j(self) -> float:
@@ -109,6 +112,8 @@ class Prediction:
             "frozen_fit": {"intercept_ms": round(self.frozen.intercept_ms, 1),
                            "ms_per_mb": round(self.frozen.ms_per_mb, 3), "points": self.frozen.points},
             "source": "model",
+            "nodes_after": {n: {"power_w": round(w, 3), "idle_w": round(idle, 3)}
+                            for n, (w, idle) in sorted(self.nodes_after.items())},
         }
 
 
@@ -133,42 +138,77 @@ def predict(inventory: Inventory, snapshot: ClusterSnapshot, plan: Plan, setting
             out.append(ActionPrediction(saved_w * horizon - cost, saved_w, cost, model.at(mb)))
         else:
             out.append(ActionPrediction(saved_w * horizon, saved_w))
-    return Prediction(horizon, tuple(out), model)
+    loads, on = node_loads(state.containers), state.powered()
+    after = {spec.name: (spec.power.at(loads.get(spec.name, NodeLoad()).cpu / spec.cpus), spec.power.idle_w)
+             for spec in inventory.nodes if spec.name in on}
+    return Prediction(horizon, tuple(out), model, after)
 
 
+class NodeEnergy(Protocol):
+    """What the ledger reads of a node's energy row (`db.records.EnergyRow`)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def start(self) -> datetime: ...
+    @property
+    def end(self) -> datetime: ...
+    @property
+    def energy_j(self) -> float: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def idle_j(self) -> float | None: ...
 
 
-def check_prediction(applied_at: datetime, after_w: float, prediction: dict[str, Any] | None,
-                     energy: Sequence[tuple[datetime, datetime, float, str]],
+def predicted_row_j(row: NodeEnergy, nodes_after: Mapping[str, Any]) -> float:
+    """The energy the plan predicted for `row`'s node over `row`'s interval, in the domain of the
+    row's own number: the curve's active power after the plan (its power at the load less its
+    idle) over the interval, plus the row's idle energy (`idle_j`: for a measured row the idle the
+    counter itself shows, `power.accounting.split_idle_w`; for a model row the curve's). RAPL
+    counts only the CPU package, so the curve's wall power would over-predict it by the
+    difference of the idles. A node the plan switched off was predicted to use nothing."""
+    node = nodes_after.get(row.node)
+    if node is None:
+        return 0.0
+    seconds = (row.end - row.start).total_seconds()
+    idle_j = row.idle_j if row.idle_j is not None else node["idle_w"] * seconds
+    return (node["power_w"] - node["idle_w"]) * seconds + idle_j
+
+
+def check_prediction(applied_at: datetime, prediction: dict[str, Any] | None, energy: Sequence[NodeEnergy],
                      frozen_ms: Sequence[float]) -> dict[str, Any]:
     """The ledger's side of a plan (`history plans`): what was measured against what it predicted.
 
-    Energy: the nodes' energy rows ((start, end, J, source), not the per-container split) that
-    lie within the forecast horizon after the plan, against the plan's "after" power over the same
-    seconds plus its migration energy: the energy the plan predicted the cluster would use then.
-    Rows of later plans' epochs count too: the horizon is what the plan was chosen for. Downtime:
-    the frozen ms of the plan's own migrations, against the predicted sum. `energy_j` is every
-    node's energy, `measured_energy_j` only what counters and BMCs measured (rapl, dcmi),
+    Energy: the nodes' energy rows (not the per-container split) that lie within the forecast
+    horizon after the plan, against the energy the plan predicted for the same nodes over the
+    same intervals (`predicted_row_j`, in each row's own domain) plus its migration energy. Rows
+    of later plans' epochs count too: the horizon is what the plan was chosen for. A plan stored
+    before predictions had per-node powers (`nodes_after`) has no predicted energy. Downtime: the
+    frozen ms of the plan's own migrations, against the predicted sum. `energy_j` is every node's
+    energy, `measured_energy_j` only what counters and BMCs measured (rapl, dcmi),
     `modelled_energy_j` what power curves estimated for nodes with neither: never mixed up.
     """
     horizon = float((prediction or {}).get("horizon_s", 0.0))
     end = applied_at + timedelta(seconds=horizon)
-    rows = [r for r in energy if r[0] >= applied_at and r[1] <= end]
-    covered = max(((r[1] - applied_at).total_seconds() for r in rows), default=0.0)
+    rows = [r for r in energy if r.start >= applied_at and r.end <= end]
+    covered = max(((r.end - applied_at).total_seconds() for r in rows), default=0.0)
     out: dict[str, Any] = {
         "measured_frozen_ms": round(sum(frozen_ms), 1) if frozen_ms else None,
         "predicted_frozen_ms": None if prediction is None else prediction.get("frozen_ms"),
         "measured_s": round(covered, 1),
-        "energy_j": round(sum(r[2] for r in rows), 1) if rows else None,
-        "measured_energy_j": round(sum(r[2] for r in rows if r[3] in MEASURED_SOURCES), 1) if rows else None,
-        "modelled_energy_j": round(sum(r[2] for r in rows if r[3] not in MEASURED_SOURCES), 1) if rows else None,
-        "measured_source": "+".join(sorted({r[3] for r in rows if r[3] in MEASURED_SOURCES})) or None,
+        "energy_j": round(sum(r.energy_j for r in rows), 1) if rows else None,
+        "measured_energy_j": round(sum(r.energy_j for r in rows if r.source in MEASURED_SOURCES), 1) if rows else None,
+        "modelled_energy_j": round(sum(r.energy_j for r in rows if r.source not in MEASURED_SOURCES), 1)
+        if rows else None,
+        "measured_source": "+".join(sorted({r.source for r in rows if r.source in MEASURED_SOURCES})) or None,
         "predicted_energy_j": None,
     }
-    if prediction is not None and rows:
-        out["predicted_energy_j"] = round(after_w * covered + float(prediction.get("migration_j", 0.0)), 1)
+    if prediction is not None and "nodes_after" in prediction and rows:
+        predicted = sum(predicted_row_j(r, prediction["nodes_after"]) for r in rows)
+        out["predicted_energy_j"] = round(predicted + float(prediction.get("migration_j", 0.0)), 1)
     return out
 
 
-__all__ = ["ActionPrediction", "FrozenModel", "Prediction", "check_prediction", "frozen_model", "migration_energy_j",
-           "predict"]
+__all__ = ["ActionPrediction", "FrozenModel", "NodeEnergy", "Prediction", "check_prediction", "frozen_model",
+           "migration_energy_j", "predict", "predicted_row_j"]

@@ -7,14 +7,18 @@ row; the caller may add a row with source "model" (from the node's power curve),
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from db.store import EnergyRow, EnergySample
 from orchestrator.model import PowerCurve
 
 from .rapl import counter_delta_uj, restarted
+
+#: how far back a node's measured rows teach its idle power (`split_idle_w`): a day includes the
+#: quiet hours of a daily load
+IDLE_LOOKBACK = timedelta(days=1)
 
 
 def integrate_rapl(node: str, samples: Sequence[EnergySample], plan_id: int | None = None) -> EnergyRow | None:
@@ -68,16 +72,36 @@ def model_energy(node: str, curve: PowerCurve, cpus: int, load_cores: float, sta
                      source="model", plan_id=plan_id)
 
 
+def split_idle_w(row: EnergyRow, curve: PowerCurve, history: Iterable[EnergyRow]) -> float:
+    """The idle power that `kepler_split` takes out of `row`, in the domain of `row`'s own number.
+
+    A `model` row is the node's power curve, so its idle is the curve's `idle_w`. A measured row
+    is not: RAPL counts the CPU package only, often far below the wall idle of the curve, which
+    would make every interval all idle and every container 0 J. So a measured row's idle is
+    learned from the counter itself, as Kepler does: the lowest mean power that this node's
+    counter of the same source reported over any interval in `history` (its earlier node rows,
+    the sampler keeps `IDLE_LOOKBACK` of them) or `row` itself. That is an upper bound on the
+    counter's idle (the node is rarely fully idle), so no idle power is ever given to containers,
+    and it tightens as the node sees quieter intervals; the first interval a node reports is
+    all idle."""
+    if row.source == "model":
+        return curve.idle_w
+    mine = [r for r in (*history, row) if r.node == row.node and r.source == row.source
+            and r.container is None and r.end > r.start]
+    return min((r.energy_j / (r.end - r.start).total_seconds() for r in mine), default=0.0)
+
+
 def kepler_split(row: EnergyRow, idle_w: float, busy_cores: float | None,
                  container_cores: Mapping[str, float]) -> list[EnergyRow]:
     """Kepler's accounting of a node's energy over an interval: the node row with its idle and
     residual parts set, then one row per container with its share of the active energy.
 
-    idle = the curve's idle power x the interval (at most the energy); active = the rest. Each
-    container gets active x its cores / the node's busy cores over the interval (cgroup CPU-time
-    delta against /proc/stat's non-idle time). The residual is the active energy of busy time no
-    container accounts for: the OS, daemons, processes outside containers, containers that came
-    or went within the interval. When the containers' cores exceed the node's busy cores (the
+    idle = `idle_w` x the interval (at most the energy), `idle_w` in the row's own domain
+    (`split_idle_w`: learned from the counter for measured rows, the curve's for model rows);
+    active = the rest. Each container gets active x its cores / the node's busy cores over the
+    interval (cgroup CPU-time delta against /proc/stat's non-idle time). The residual is the
+    active energy of busy time no container accounts for: the OS, daemons, processes outside
+    containers, containers that came or went within the interval. When the containers' cores exceed the node's busy cores (the
     two are read a moment apart) their shares are scaled to the whole active part and the
     residual is 0. With no busy time for the interval (the first after the controller started,
     or a reboot) nothing is attributed: the whole active part is residual, never guessed."""

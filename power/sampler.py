@@ -2,7 +2,8 @@
 counters, boot id and busy CPU time over SSH (DCMI from the BMC where a node has no RAPL), stores
 the samples, and turns the interval since the previous sample into energy rows per node and per
 container (`accounting.kepler_split`, with the containers' cores from the demand rows the observer
-has just stored for the same interval).
+has just stored for the same interval, and the idle power in the row's own domain:
+`accounting.split_idle_w` learns it from the node's recent measured rows).
 
 Every row says where its number came from: "rapl" or "dcmi" (measured), "model" (the node's power
 curve at its measured load, for a node with neither). A counter restarted by a reboot (the boot
@@ -11,6 +12,7 @@ a wrap."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -21,7 +23,7 @@ from orchestrator.model import ClusterSnapshot, Inventory, node_loads
 from orchestrator.remote import RemoteShell
 
 from . import ipmi
-from .accounting import integrate_power, integrate_rapl, kepler_split, model_energy
+from .accounting import IDLE_LOOKBACK, integrate_power, integrate_rapl, kepler_split, model_energy, split_idle_w
 from .rapl import READ_SCRIPT, NodeCounters, parse_node_counters, parse_zones, restarted
 
 
@@ -29,6 +31,9 @@ class EnergySampler:
     def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None]) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
         self.last_model: dict[str, datetime] = {}
+        #: each node's rows of the last IDLE_LOOKBACK, from which `split_idle_w` learns its idle;
+        #: read from the store once, then kept up to date here
+        self._recent: dict[str, list[EnergyRow]] | None = None
 
     def _read(self, powered: list[str], now: datetime
               ) -> dict[str, tuple[NodeCounters, list[EnergySample]] | Exception]:
@@ -96,11 +101,23 @@ class EnergySampler:
                 load = busy if busy is not None else loads[node].cpu if node in loads else 0.0
                 row = self._dcmi_or_model(node, load, now, plan_id, window)
             if row is not None:
-                rows.extend(kepler_split(row, self.inventory.node(node).power.idle_w, busy,
-                                         self._container_cores(node, row.start, window)))
+                history = self._history(node, now)
+                idle_w = split_idle_w(row, self.inventory.node(node).power, history)
+                rows.extend(kepler_split(row, idle_w, busy, self._container_cores(node, row.start, window)))
+                history.append(row)
         if rows:
             self.store.add_energy(rows)
         return rows
+
+    def _history(self, node: str, now: datetime) -> list[EnergyRow]:
+        """`node`'s energy rows that end within IDLE_LOOKBACK of `now` (a restarted controller
+        reads them from the store)."""
+        if self._recent is None:
+            self._recent = defaultdict(list)
+            for r in self.store.list_energy(since=now - IDLE_LOOKBACK):
+                self._recent[r.node].append(r)
+        self._recent[node] = [r for r in self._recent[node] if r.end >= now - IDLE_LOOKBACK]
+        return self._recent[node]
 
     def _latest(self, node: str, since: datetime) -> list[EnergySample]:
         by_zone: dict[str, EnergySample] = {}

@@ -146,14 +146,14 @@ def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
     if not plans:
         return []
     first = min(p.created_at for p in plans)
-    energy = [(r.start, r.end, r.energy_j, r.source) for r in store.list_energy(first)]
+    energy = store.list_energy(first)
     plan_of = {a.id: a.plan_id for a in store.list_actions(first)}
     frozen: dict[int, list[float]] = {}
     for m in store.list_migrations(first):
         if m.frozen_ms is not None and m.action_id in plan_of:
             frozen.setdefault(plan_of[m.action_id], []).append(m.frozen_ms)
     ran = {"APPLIED", "PARTIAL", "FAILED"}  # a plan nobody applied has nothing to check
-    return [{**p.to_json(), "ledger": check_prediction(p.decided_at or p.created_at, p.after["power_w"], p.prediction,
+    return [{**p.to_json(), "ledger": check_prediction(p.decided_at or p.created_at, p.prediction,
                                                        energy if p.status.value in ran else [],
                                                        frozen.get(p.plan_id, []))}
             for p in plans]
