@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -23,7 +24,9 @@ def serve(
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
-    epoch_seconds: Annotated[Optional[int], typer.Option("--epoch-seconds", min=1, help="Override the inventory's epoch.")] = None,
+    epoch_seconds: Annotated[Optional[int], typer.Option(
+        "--epoch-seconds", min=1, help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
+        "the migration weights and the power rules all use it).")] = None,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
     metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
     lease_ttl: Annotated[Optional[float], typer.Option(
@@ -40,6 +43,8 @@ def serve(
     from ..controller import Controller, ControllerSettings
 
     inv = load_inventory(inventory) if inventory else demo_inventory()
+    if epoch_seconds is not None:  # one epoch everywhere: everything downstream reads the inventory's
+        inv = replace(inv, cluster=replace(inv.cluster, epoch_seconds=epoch_seconds))
     if inventory is None and snapshot is None:
         dry_run = True  # the embedded demo has no real nodes to act on
     if snapshot is not None and not dry_run:
@@ -49,7 +54,7 @@ def serve(
         approve=approve,
         policy=policy,
         time_limit_s=time_limit,
-        epoch_seconds=epoch_seconds or inv.cluster.epoch_seconds,
+        epoch_seconds=inv.cluster.epoch_seconds,
         snapshot_path=snapshot,
         demo=inventory is None,
         metrics_port=metrics_port,
