@@ -20,6 +20,7 @@ them, every other container stays put. Model, in integers:
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 import types
@@ -36,34 +37,38 @@ from .packing import Packing
 MW = 1000.0  # the model counts milliwatts
 
 
-def _import_cp_model() -> types.ModuleType:
-    """ortools' `cp_model`, imported without loading pandas when pandas is not loaded yet.
+def _import_without_pandas(name: str) -> types.ModuleType:
+    """Module `name` (ortools' `cp_model`), imported without loading pandas when pandas is not
+    loaded yet.
 
     cp_model imports pandas at module level only for its `*_series` helpers, which peakpack
     never calls; pandas was 0.4 s of a 2 s `peakpack plan`. A placeholder with the two names
     cp_model's annotations read stands in during that import only, so a later real
-    `import pandas` is unaffected. Should an ortools release need more of pandas at import,
-    the placeholder is dropped and cp_model is imported normally (slower, still correct).
+    `import pandas` is unaffected. Should an ortools release need more of pandas at import (a
+    missing attribute, or `from pandas.x import y`: an ImportError), the placeholder is dropped
+    and the module is imported normally (slower, still correct).
     """
-    name = "ortools.sat.python.cp_model"
     if name in sys.modules or "pandas" in sys.modules:
-        return __import__(name, fromlist=["cp_model"])
+        return importlib.import_module(name)
     placeholder = types.ModuleType("pandas", "stands in while ortools' cp_model is imported")
     placeholder.Index = type("Index", (), {})  # type: ignore[attr-defined]
     placeholder.Series = type("Series", (), {})  # type: ignore[attr-defined]
     sys.modules["pandas"] = placeholder
+    before = set(sys.modules)
     try:
-        return __import__(name, fromlist=["cp_model"])
-    except AttributeError:
-        sys.modules.pop(name, None)
+        return importlib.import_module(name)
+    except (AttributeError, ImportError):
         del sys.modules["pandas"]
-        return __import__(name, fromlist=["cp_model"])
+        for loaded in set(sys.modules) - before:  # modules that bound the placeholder load again
+            if any(v is placeholder for v in vars(sys.modules[loaded]).values()):
+                del sys.modules[loaded]
+        return importlib.import_module(name)
     finally:
         if sys.modules.get("pandas") is placeholder:
             del sys.modules["pandas"]
 
 
-cp_model = _import_cp_model()
+cp_model = _import_without_pandas("ortools.sat.python.cp_model")
 
 
 def cpu_scale(inst: Instance) -> float:
