@@ -11,20 +11,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..simulate.registry import POLICIES
 from .common import JsonOpt, err, out
 
 
 def simulate(
     trace: Annotated[Path, typer.Option("--trace", help="A folder of PlanetLab traces (one file per VM).")],
     scenario: Annotated[str, typer.Option("--scenario", help="cloudsim-planetlab")] = "cloudsim-planetlab",
-    policy: Annotated[str, typer.Option("--policy", help="peakpack, npa, thr-mmt-0.8, lr-mmt-1.2, bestfit95, spread, ffd")] = "peakpack",
+    policy: Annotated[str, typer.Option("--policy", help=", ".join(POLICIES))] = "peakpack",
     cap: Annotated[Optional[float], typer.Option("--cap", min=0.05, max=1.0, help="CPU cap for the planner policies.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write hosts on and power over time (PNG).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""
     from ..simulate.engine import fluid_bound_kwh, simulate as run
-    from ..simulate.policies import PlannerPolicy, get_sim_policy
+    from ..simulate.policies import PlannerPolicy
+    from ..simulate.registry import get_sim_policy
     from ..simulate.scenario import load_scenario
 
     sc = load_scenario(scenario, trace)

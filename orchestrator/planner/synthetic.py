@@ -91,6 +91,7 @@ def random_problem(
     devil_share: float = 0.05,
     group_share: float = 0.1,
     cap: float = 0.7,
+    memory_cap: float = 0.95,
     **problem_options,
 ) -> PlacementProblem:
     """A cluster one epoch after a consolidated plan (see the module docstring).
@@ -116,19 +117,19 @@ def random_problem(
     devil = rng.random(n_containers) < devil_share
     grouped = rng.random(n_containers) < group_share
     group_of = (np.cumsum(grouped) - 1) // 3  # consecutive grouped containers, three a group
-    cpus = np.array([NODE_TYPES[k][0] for k in kinds], dtype=float)
-    mem_cap = np.array([0.95 * NODE_TYPES[k][1] for k in kinds], dtype=float)
+    cpu_cap, mem_cap = capacity.capacity(np.array([NODE_TYPES[k][0] for k in kinds], dtype=float),
+                                         np.array([NODE_TYPES[k][1] for k in kinds], dtype=float), cap, memory_cap)
     # The previous plan: best fit of the old demand, most efficient (largest) nodes first.
-    order = np.lexsort((rng.random(n_nodes), -cpus))
+    order = np.lexsort((rng.random(n_nodes), -cpu_cap))
     load = np.zeros(n_nodes)
     mem = np.zeros(n_nodes)
     used = np.zeros(n_nodes, dtype=bool)
     where = np.empty(n_containers, dtype=np.int64)
     for c in np.argsort(-before, kind="stable"):
-        fits = capacity.fits(load + before[c], mem + memory[c], cap * cpus, mem_cap)
+        fits = capacity.fits(load + before[c], mem + memory[c], cpu_cap, mem_cap)
         open_fit = fits & used
         if open_fit.any():
-            n = int(np.argmin(np.where(open_fit, cap * cpus - load, np.inf)))
+            n = int(np.argmin(np.where(open_fit, cpu_cap - load, np.inf)))
         else:
             candidates = order[fits[order]]
             if len(candidates) == 0:
@@ -155,6 +156,7 @@ def random_problem(
         containers,
         off=[nodes[i].name for i in np.flatnonzero(~powered)],
         cap=cap,
+        memory_cap=memory_cap,
         **problem_options,
     )
 

@@ -1,8 +1,9 @@
-"""Policies in the simulator.
+"""Policies in the simulator (by name: `registry.py`).
 
-- `peakpack` and the planner baselines (`bestfit95`, `spread`, `ffd`) run the PRODUCTION planner
-  (`orchestrator.planning.make_plan` with the registry's policy), fed a snapshot whose demands are
-  a forecast from the recent trace (never the future).
+- `peakpack`, `peakpack-curve` and the planner baselines (`bestfit95`, `spread`, `ffd`,
+  `dotproduct`) run the PRODUCTION planner (`orchestrator.planning.make_plan` with the planner
+  registry's policy), fed a snapshot whose demands are a forecast from the recent trace (never
+  the future).
 - `npa`, `thr-mmt-0.8`, `lr-mmt-1.2`: Beloglazov & Buyya's policies as in CloudSim 3.0.3 -
   overload detection by static threshold or local regression (safety 1.2), minimum-migration-time
   VM selection, power-aware best-fit-decreasing placement, and underload consolidation.
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from ..capacity import within
+from ..capacity import capacity, within
 from ..errors import PeakpackError
 from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
 from ..plan import ActionKind
@@ -25,6 +26,7 @@ from ..planner.rules import Facts
 from ..planning import make_plan
 from ..settings import PlannerSettings
 from .engine import SimState
+from .registry import POLICIES, get_sim_policy  # noqa: F401  (by name, for bench/ and the tests)
 from .scenario import Scenario
 
 #: planner units: cpus are counts of 10 MIPS, so heterogeneous hosts fit the planner's model
@@ -244,7 +246,7 @@ class PlannerPolicy:
         operator's initial deployment would do; the planner improves it from there."""
         s = st.s
         hosts = sorted(range(len(s.host_mips)), key=lambda h: (s.host_curves[h].at(self.cap) / s.host_mips[h], h))
-        room = {h: self.cap * s.host_mips[h] for h in hosts}
+        room = {h: float(capacity(s.host_mips[h], 0.0, self.cap, self.settings.memory_cap)[0]) for h in hosts}
         placement = np.full(len(pred), -1, dtype=int)
         for vm in sorted(range(len(pred)), key=lambda v: -pred[v]):
             h = next((h for h in hosts if within(pred[vm], room[h])), None)
@@ -301,21 +303,3 @@ class CurveCapPolicy(PlannerPolicy):
         if st.t == 0:
             self.cap = curve_cap(st.s)
         return super().decide(st)
-
-
-POLICIES = {
-    "peakpack": lambda: PlannerPolicy("peakpack"),
-    "peakpack-curve": lambda: CurveCapPolicy("peakpack-curve"),
-    "npa": Npa,
-    "thr-mmt-0.8": lambda: Beloglazov("thr-mmt-0.8", threshold=0.8),
-    "lr-mmt-1.2": lambda: Beloglazov("lr-mmt-1.2", regression_safety=1.2),
-    "bestfit95": lambda: PlannerPolicy("bestfit95", planner="bestfit95", settings=PlannerSettings(cap=0.95)),
-    "spread": lambda: PlannerPolicy("spread", planner="spread"),
-    "ffd": lambda: PlannerPolicy("ffd", planner="ffd"),
-}
-
-
-def get_sim_policy(name: str):  # type: ignore[no-untyped-def]
-    if name not in POLICIES:
-        raise PeakpackError(f"--policy: unknown {name!r}; use one of {', '.join(POLICIES)}")
-    return POLICIES[name]()
