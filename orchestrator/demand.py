@@ -6,6 +6,11 @@ The service plans the way the simulator does: each container's CPU is the foreca
 stored rows may come at any cadence (the controller observes at the start of an epoch and after
 executing it); each epoch's value is the CPU-time-weighted mean of the rows ending in it, so a short
 interval counts for what it lasted.
+
+History is a container's by name, whatever node its rows were on: it follows a container across
+a migration or a restart, as the simulator's VMs keep theirs (its load moved with it). Only the
+interval with the move or restart has no delta (a new cgroup); a `peakpack.cpu` label is used
+only by a container with no history in the window.
 """
 
 from __future__ import annotations
@@ -78,9 +83,9 @@ def measured_cores(rows: Iterable[DemandRow], node: str, since: datetime) -> dic
 
 def history_matrix(rows: Iterable[DemandRow], containers: Sequence[str], now: datetime, epoch_seconds: float,
                    epochs: int) -> np.ndarray:
-    """One row per container, one column per epoch ending at `now` (oldest first): the mean
-    cores of the counter rows that end in that epoch, weighted by their intervals; NaN where a
-    container has none."""
+    """One row per container (by name, on any node), one column per epoch ending at `now` (oldest
+    first): the mean cores of the counter rows that end in that epoch, weighted by their
+    intervals; NaN where a container has none."""
     index = {name: i for i, name in enumerate(containers)}
     cpu_s = np.zeros((len(containers), epochs))
     seconds = np.zeros((len(containers), epochs))
