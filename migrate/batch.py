@@ -3,8 +3,9 @@ its plan action, and settles the migrations a crash or an unreachable node left 
 (`reconcile_migrations`: at start, every epoch, and `peakpack reconcile`).
 
 One migration's failure never aborts the batch: every error ends in that migration's own
-settling, and whatever escapes is recorded against its action. A stop request lets migrations
-in flight settle and starts no new one.
+settling, and whatever escapes is recorded against its action. Likewise one migration that
+cannot be reconciled stays IN_DOUBT with the reason and the others are reconciled. A stop
+request lets migrations in flight settle and starts no new one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from db.records import MigrationRecord
 from db.store import ActionState, FencedError, MigrationState, Store
 from orchestrator.errors import PeakpackError
 from orchestrator.model import Inventory
@@ -77,9 +79,8 @@ async def execute_migrations(
             fenced.append(exc)
             return action_id, ActionState.FAILED
         except Exception as exc:  # noqa: BLE001 - one migration's error never aborts the others
-            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             try:
-                store.set_action_state(action_id, ActionState.FAILED, detail)
+                store.set_action_state(action_id, ActionState.FAILED, _describe(exc))
             except Exception:  # noqa: BLE001 - the journal itself failed: reconciliation sees the migration
                 pass
             return action_id, ActionState.FAILED
@@ -90,26 +91,57 @@ async def execute_migrations(
 async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
                                bmc_power: PowerProbe | None = None) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
-    never assume success. Returns one line per migration for the log."""
+    never assume success. One that fails to settle for any reason (a docker or database error, a
+    bug) stays IN_DOUBT with the reason, journaled, and the others are still settled; only a
+    fenced write stops it all (another controller leads). Returns one line per migration."""
     lines = []
     for m in store.unfinished_migrations():
-        steps = store.migration_steps(m.id)
-        preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
-        facts = Facts.loads(preflight.detail) if preflight else None
-        if facts is None:  # preflight never finished: nothing was changed on either node
-            state = MigrationState.FAILED
-            reason = f"the controller stopped during {m.state.value}, before anything changed"
-        else:
-            checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
-            settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
-            why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
-                   else f"the controller stopped during {m.state.value}")
-            state, reason = await settler.run(checkpointed, why)
-        if state is MigrationState.IN_DOUBT:
-            store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
-        else:
-            store.finish_migration(m.id, state, reason)
-        if m.action_id is not None:
-            store.set_action_state(m.action_id, ACTION_STATE[state], reason)
+        try:
+            state, reason = await _reconcile(ssh, engines, store, m, bmc_power)
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one migration's error never stops the others
+            state = MigrationState.IN_DOUBT
+            reason = f"reconciling failed ({_describe(exc)}); retried at the next reconciliation"
+            try:
+                _journal_in_doubt(store, m, reason)
+            except FencedError:
+                raise
+            except Exception as journal:  # noqa: BLE001 - the journal itself failed: the record says so
+                reason += f"; not journaled ({_describe(journal)})"
         lines.append(f"migration {m.id} ({m.container} {m.source} -> {m.target}): {state.value}: {reason}")
     return lines
+
+
+async def _reconcile(ssh: SshPool, engines: EnginePool, store: Store, m: MigrationRecord,
+                     bmc_power: PowerProbe | None) -> tuple[MigrationState, str | None]:
+    steps = store.migration_steps(m.id)
+    preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
+    facts = Facts.loads(preflight.detail) if preflight else None
+    if facts is None:  # preflight never finished: nothing was changed on either node
+        state = MigrationState.FAILED
+        reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
+    else:
+        checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
+        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
+        why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
+               else f"the controller stopped during {m.state.value}")
+        state, reason = await settler.run(checkpointed, why)
+    if state is MigrationState.IN_DOUBT:
+        _journal_in_doubt(store, m, reason)
+    else:
+        store.finish_migration(m.id, state, reason)
+        if m.action_id is not None:
+            store.set_action_state(m.action_id, ACTION_STATE[state], reason)
+    return state, reason
+
+
+def _journal_in_doubt(store: Store, m: MigrationRecord, reason: str | None) -> None:
+    """IN_DOUBT with the reason; its plan action stays ONGOING with the same reason."""
+    store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
+    if m.action_id is not None:
+        store.set_action_state(m.action_id, ACTION_STATE[MigrationState.IN_DOUBT], reason)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]

@@ -34,6 +34,9 @@ class Side:
     copy: Copy
     checkpoint: bool = False  # a complete checkpoint of this migration is on this node
     fenced: bool = False      # does not answer, but its BMC says it is off: nothing runs there
+    #: why the copy is UNKNOWN, for the record: the node does not answer, or it answers but a
+    #: checkpoint or restore of this container is still running there (its state is half-made)
+    doubt: str = "does not answer"
 
     @property
     def known(self) -> bool:
@@ -73,26 +76,27 @@ def decide(src: Side, dst: Side) -> Decision:
             return Decision(Move.DONE_FORWARD, f"runs on {dst.node}, nothing left on {src.node}")
         if not src.known:
             return Decision(Move.WAIT, f"runs on {dst.node}; its stopped copy on {src.node} goes when "
-                                       f"{src.node} answers")
+                                       f"{src.node} can be judged ({src.doubt})")
         return Decision(Move.FINISH, f"runs on {dst.node}")
     if src.copy is Copy.RUNNING:
         if dst.copy is Copy.ABSENT:
             return Decision(Move.DONE_BACK, f"runs on {src.node}, nothing left on {dst.node}")
         if dst.copy is Copy.UNKNOWN:
-            return Decision(Move.WAIT, f"runs on {src.node}; {dst.node} does not answer"
+            return Decision(Move.WAIT, f"runs on {src.node}; {dst.node} {dst.doubt}"
                                        + (" (off)" if dst.fenced else ""))
         return Decision(Move.KEEP_SOURCE, f"runs on {src.node}")
     # nothing is known to run; starting anything needs both sides known or fenced
     for side in (src, dst):
         if side.may_run:
-            return Decision(Move.WAIT, f"{side.node} does not answer: a copy may run there")
+            return Decision(Move.WAIT, f"{side.node} {side.doubt}: a copy may run there")
     if src.copy is Copy.STOPPED and src.checkpoint:
         return Decision(Move.RESTORE_SOURCE, f"stopped on {src.node} with its checkpoint")
     if dst.copy is Copy.STOPPED and dst.checkpoint:
         return Decision(Move.RESTORE_TARGET, f"stopped on {dst.node} with the transferred checkpoint")
     for side in (src, dst):
         if side.fenced:
-            return Decision(Move.WAIT, f"{side.node} is off; its disk may hold the checkpoint")
+            return Decision(Move.WAIT, f"{side.node} is off and its disk may hold the checkpoint: power it on "
+                                       "(the controller wakes a power-managed node that is not quarantined)")
     if src.copy is Copy.STOPPED:
         return Decision(Move.START_SOURCE_FRESH, f"stopped on {src.node} and no checkpoint survives: "
                                                  "started fresh, its memory state is lost")

@@ -5,13 +5,16 @@ path (removing the source), the failure path of a live migration, and reconcilia
 crash, so there is one way out of every state.
 
 Every action is check-then-act: it runs only because the facts just observed call for it, and
-after it the facts are observed again instead of assuming it worked.
+after it the facts are observed again instead of assuming it worked. A node's facts are trusted
+only once no checkpoint or restore of the container is still running there (a command that
+outlived its SSH timeout, or one a killed leader started): until it ends, that copy is unknown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,6 +32,9 @@ PowerProbe = Callable[[str], bool | None]
 CHECKPOINT_FILES = ("inventory.img", "pstree.img", "descriptors.json")
 MAX_ROUNDS = 8
 NO_RESTART = {"Name": "no", "MaximumRetryCount": 0}
+#: One SSH command: this session's network namespace, then every process's namespace and command
+#: line, untruncated (`in_flight` reads it).
+PROCESSES_ARGV = ["sh", "-c", "readlink /proc/self/ns/net && exec ps -e -ww -o netns=,args="]
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,30 @@ def checkpoint_path(docker_root: str, container_id: str, migration_id: int) -> s
     return f"{docker_root}/containers/{container_id}/checkpoints/{checkpoint_name(migration_id)}"
 
 
+def in_flight(processes: str, container: str, container_id: str, checkpoint: str) -> list[str]:
+    """The command lines in `processes` (PROCESSES_ARGV's output) of a checkpoint or restore of
+    this container that still runs: `docker checkpoint create NAME CHECKPOINT` and `docker start
+    --checkpoint CHECKPOINT NAME` (the client lives until the engine answers), and runc's
+    `checkpoint`/`restore` naming the container's ID (it outlives a killed client; CRIU runs as its
+    child). Only processes in this session's network namespace count: the lab's nodes share one
+    process table, and on a real node these all run in the host's namespace."""
+    first, _, rest = processes.partition("\n")
+    ours = first.strip().removeprefix("net:[").removesuffix("]")
+    found = []
+    for line in rest.splitlines():
+        netns, _, args = line.strip().partition(" ")
+        words = args.split()
+        if netns != ours or not words:
+            continue
+        program = os.path.basename(words[0])
+        if program == "docker" and container in words and (
+                checkpoint in words or f"--checkpoint={checkpoint}" in words):
+            found.append(args.strip())
+        elif program == "runc" and {"checkpoint", "restore"} & set(words) and container_id in args:
+            found.append(args.strip())
+    return found
+
+
 @dataclass
 class Settler:
     """The nodes' side of one migration: observe a node, act on the decision."""
@@ -85,7 +115,18 @@ class Settler:
         return checkpoint_path(str(info["DockerRootDir"]), container_id, self.migration_id)
 
     async def side(self, node: str) -> Side:
+        """What `node` shows of the container. Check, then trust: while a checkpoint or restore of
+        it still runs there, its state is half-made (a dump that has not stopped it yet, a restore
+        that will start it), so the copy is UNKNOWN and nothing is decided on it; the state is read
+        again after that check. An engine that answers with an error is UNKNOWN too (not fenced)."""
         try:
+            d = await self.engines.inspect_container_or_none(node, self.container)
+            if d is None:
+                return Side(node, Copy.ABSENT)
+            processes = await self.ssh.run(node, PROCESSES_ARGV, timeout=30)
+            busy = in_flight(processes.stdout, self.container, str(d["Id"]), self.checkpoint)
+            if busy:
+                return Side(node, Copy.UNKNOWN, doubt=f"still runs `{busy[0][:200]}`")
             d = await self.engines.inspect_container_or_none(node, self.container)
             if d is None:
                 return Side(node, Copy.ABSENT)
@@ -95,6 +136,8 @@ class Settler:
                 test += ["-a", "-f", f"{folder}/{name}"]
             complete = (await self.ssh.run(node, test, check=False, timeout=30)).ok
             return Side(node, Copy.RUNNING if d["State"]["Running"] else Copy.STOPPED, complete)
+        except EngineAPIError as exc:  # the engine answered with an error (e.g. a 500 from inspect)
+            return Side(node, Copy.UNKNOWN, doubt=f"answers, but its engine failed: {_one_line(exc)}")
         except NodeError:
             off = await asyncio.to_thread(self.bmc_power, node) is False if self.bmc_power else False
             return Side(node, Copy.UNKNOWN, fenced=off)
@@ -132,6 +175,7 @@ class Settler:
             case Move.KEEP_SOURCE:
                 await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_BACK:
+                await self._remove_checkpoint(src)
                 await self._remove_volumes(dst)
                 await self._set_restart_policy(src)
             case Move.RESTORE_SOURCE:
@@ -152,11 +196,16 @@ class Settler:
         """The target copy is the container now: its restart policy as the operator gave it, its
         transferred checkpoint gone, and the source's volumes (copied) removed."""
         await self._set_restart_policy(self.target)
-        d = await self.engines.inspect_container_or_none(self.target, self.container)
-        if d is not None:
-            folder = await self.checkpoint_dir(self.target, str(d["Id"]))
-            await self.ssh.run(self.target, ["rm", "-rf", "--", folder, f"{folder}.partial"])
+        await self._remove_checkpoint(self.target)
         await self._remove_volumes(self.source)
+
+    async def _remove_checkpoint(self, node: str) -> None:
+        """This migration's checkpoint folder on `node` (and a `.partial` one): a whole memory image
+        that docker keeps after `start --checkpoint`; called only once a copy runs from it."""
+        d = await self.engines.inspect_container_or_none(node, self.container)
+        if d is not None:
+            folder = await self.checkpoint_dir(node, str(d["Id"]))
+            await self.ssh.run(node, ["rm", "-rf", "--", folder, f"{folder}.partial"])
 
     async def _set_restart_policy(self, node: str) -> None:
         policy = self.facts.restart_policy

@@ -23,6 +23,7 @@ from lab.faults import Fault
 from lab.node import start_node, stop_node
 from migrate.batch import reconcile_migrations
 from migrate.handler import Migration
+from migrate.settle import PROCESSES_ARGV, in_flight
 from orchestrator.config import load_inventory
 from orchestrator.remote import RemoteShell
 from power.ipmi import power_probe
@@ -38,11 +39,14 @@ UNDO = {Fault.PARTITION: Fault.HEAL, Fault.KILL_DOCKERD: Fault.START_DOCKERD, Fa
 STEPS = ("checkpointing", "transferring", "restoring", "settling")
 
 
-def start_victim(lab: Lab) -> tuple[int, int]:
+def start_victim(lab: Lab, script: str = COUNTER) -> tuple[int, int]:
     proc = lab.exec("node-1", ["docker", "run", "-d", "--name", NAME, "--network", "none", "--restart",
-                               "unless-stopped", "--stop-timeout", "1", IMAGE, "sh", "-c", COUNTER])
+                               "unless-stopped", "--stop-timeout", "1", IMAGE, "sh", "-c", script])
     assert proc.returncode == 0, proc.stderr
     time.sleep(1.5)
+    deadline = time.monotonic() + 120  # a script that fills its memory first counts only after that
+    while not lab.exec("node-1", ["docker", "logs", "--tail", "1", NAME]).stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.5)
     return counter(lab, "node-1")
 
 
@@ -180,6 +184,38 @@ def test_controller_killed_at_a_step_is_settled_by_reconcile(clean_lab: Lab, tmp
     assert out.returncode == 0, out.stderr
     assert "found 1 unfinished" in out.stdout and "did: migration" in out.stdout
     assert_exactly_once(lab, db, before)
+
+
+def test_a_checkpoint_a_killed_leader_left_running_is_waited_for(clean_lab: Lab, tmp_path: Path) -> None:
+    """The leader dies while `docker checkpoint create` dumps a large container; the dump goes on on
+    the node. Reconciling meanwhile must not act on the half-made state (the source still shows
+    running: removing the target and calling it rolled back would leave the container stopped,
+    nowhere): it waits, IN_DOUBT, and once the dump has ended the source is restored from it."""
+    lab, db = clean_lab, tmp_path / "pp.db"
+    before = start_victim(lab, 'x=$(head -c 400000000 /dev/zero | tr "\\0" a); ' + COUNTER)
+    ident = lab.exec("node-1", ["docker", "inspect", "-f", "{{.Id}}", NAME]).stdout.strip()
+    leader = subprocess.Popen([sys.executable, "-c", KILLED_AT, str(lab.inventory_path), f"sqlite:///{db}", "never"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def dumping() -> list[str]:
+        return in_flight(lab.exec("node-1", PROCESSES_ARGV).stdout, NAME, ident, "peakpack-1")
+
+    try:
+        deadline = time.monotonic() + 300
+        while not dumping() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        leader.kill()
+        leader.wait()
+    inv = load_inventory(lab.inventory_path)
+    with RemoteShell(inv) as shell, Store.open(f"sqlite:///{db}") as store:
+        [line] = shell.call(reconcile_migrations(shell.pool, shell.engines, store, power_probe(inv)))
+        assert "IN_DOUBT" in line and "node-1 still runs `" in line, line
+        assert copies(lab).get("node-2") == "stopped"  # the target copy was not removed
+    while dumping():
+        time.sleep(0.5)
+    settle(lab, db)
+    assert assert_exactly_once(lab, db, before) is MigrationState.ROLLED_BACK
 
 
 def test_a_node_that_cannot_be_observed_is_held_and_the_rest_planned(clean_lab: Lab, tmp_path: Path) -> None:

@@ -89,6 +89,10 @@ def test_failed_restore_rolls_back_to_the_source_with_state(clean_lab: Lab, tmp_
     [m] = json.loads(peakpack("history", "migrations", "--json", db=db).stdout)
     assert m["state"] == "ROLLED_BACK" and "docker start --checkpoint" in m["reason"] and "node-2" in m["reason"]
     assert lab.exec("node-2", ["docker", "ps", "-aq", "--filter", "name=^fragile$"]).stdout.strip() == ""
+    for node in ("node-1", "node-2"):  # a checkpoint is a whole memory image: none is left behind
+        left = lab.exec(node, ["find", str(lab.node(node).dir / "docker" / "containers"), "-path",
+                               f"*/checkpoints/peakpack-{result.migration_id}*"])
+        assert left.returncode == 0 and left.stdout.strip() == "", (node, left.stdout, left.stderr)
 
 
 def test_changed_host_key_is_refused(clean_lab: Lab, tmp_path: Path) -> None:

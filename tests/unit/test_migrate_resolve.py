@@ -37,6 +37,7 @@ def dst(copy: Copy, checkpoint: bool = False, fenced: bool = False) -> Side:
     (src(S, True), dst(A), Move.RESTORE_SOURCE),
     (src(S, True), dst(U, fenced=True), Move.RESTORE_SOURCE),  # the target is off: nothing runs there
     (src(A), dst(S, True), Move.RESTORE_TARGET),
+    (src(S), dst(S, True), Move.RESTORE_TARGET),  # the source has no checkpoint: the transferred one is the state
     (src(U, fenced=True), dst(S, True), Move.RESTORE_TARGET),  # the source died after the transfer
     # a node that may run a copy blocks every start
     (src(S, True), dst(U), Move.WAIT),
@@ -70,3 +71,14 @@ def test_nothing_starts_while_another_copy_may_run(s: Side, d: Side) -> None:
         assert not (s.checkpoint or d.checkpoint or s.fenced or d.fenced)  # a checkpoint could still come back
     if move in (Move.FINISH, Move.KEEP_SOURCE):  # removing a copy: the other one runs
         assert (d if move is Move.FINISH else s).copy is Copy.RUNNING
+
+
+def test_a_node_busy_with_a_checkpoint_or_restore_is_waited_for_with_the_reason() -> None:
+    busy = Side("node-2", Copy.UNKNOWN, doubt="still runs `docker start --checkpoint peakpack-3 web`")
+    d = decide(src(S, True), busy)  # restoring the source now could make two copies
+    assert d.move is Move.WAIT and "node-2 still runs `docker start --checkpoint" in d.why
+
+
+def test_waiting_for_an_off_node_says_how_it_ends() -> None:
+    d = decide(src(U, fenced=True), dst(S))
+    assert d.move is Move.WAIT and "power it on" in d.why
