@@ -5,14 +5,17 @@ pure planner, the store and, outside dry runs, the executors and the power polic
 It acts only while it holds the store's lease (`leadership.Lease`: renewed in the background,
 every write fenced with its token); `serve` waits for the lease as a hot standby, reconciles the
 journal with the nodes whenever it starts to lead, and stops acting the moment the lease is lost.
-On SIGTERM it lets the action in flight finish and skips the rest.
+On SIGTERM it lets the action in flight finish and skips the rest. A reconciliation that fails is
+logged and the epoch goes on: the unsettled migrations keep both their nodes held. A node that
+an unsettled migration waits for while its container runs nowhere is woken before planning
+(`wakes_for_unsettled`).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,10 +35,41 @@ from .metrics import ControllerMetrics
 from .model import ClusterSnapshot, Inventory
 from .plan import ActionKind, Plan
 from .facts import remembered
-from .planning import hold_unsettled, make_plan
+from .planning import Unsettled, hold_unsettled, make_plan
 from .apply import ApplyResult, apply_plan, expires_at, final_status, settle_orphans
 from .predict import predict
 from .review import inventory_digest
+
+
+def wakes_for_unsettled(inventory: Inventory, observed: ClusterSnapshot, unsettled: Iterable[Unsettled],
+                        quarantined: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Nodes to power on so that unsettled migrations can end (node -> why), and what an operator
+    must do where peakpack may not switch the node.
+
+    A migration waits while a node that its BMC confirms off may hold its container's only state
+    (a checkpoint on its disk). While the container runs on no node, waiting changes nothing, so
+    that node is woken when it is power-managed and not quarantined: nothing of the migration
+    starts there by itself (restart policy "no"), and settling decides once it answers. A node
+    that could not be observed (`observed.held`, before the migrations' holds are added) may run
+    the container, so then nothing is woken for that migration."""
+    running = {c.name for c in observed.containers}
+    off = {n.name for n in observed.nodes if not n.powered}
+    wake: dict[str, str] = {}
+    advice: list[str] = []
+    for m in unsettled:
+        nodes = (m.source, m.target)
+        if m.container in running or any(n in observed.held for n in nodes):
+            continue
+        for node in (n for n in nodes if n in off):
+            spec = inventory.node(node)
+            why_not = ("it is not power-managed" if not spec.power_managed
+                       else f"it is quarantined ({quarantined[node]})" if node in quarantined else None)
+            if why_not is None:
+                wake.setdefault(node, f"migration {m.id} of {m.container} runs nowhere and waits for {node}")
+            else:
+                advice.append(f"migration {m.id} of {m.container} runs nowhere and waits for {node}, which is off "
+                              f"and {why_not}: power it on by hand, then `peakpack reconcile`")
+    return wake, advice
 
 
 @dataclass(frozen=True)
@@ -81,7 +115,9 @@ class Controller:
         self.store = store
         self.settings = settings
         self.console = console or Console(stderr=True)
-        self.services = services
+        # every energy row stored reaches the counter, from an epoch or from an approved plan
+        self.services = None if services is None else replace(
+            services, account_energy=self._counting(services.account_energy))
         self.metrics = ControllerMetrics()
         ttl = settings.lease_ttl_s if settings.lease_ttl_s is not None else lease_ttl(settings.epoch_seconds)
         self.lease = Lease(store, ttl, role="serve", log=self.log)
@@ -129,10 +165,38 @@ class Controller:
 
     def reconcile(self) -> None:
         """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
-        start and at every epoch, so a running controller never plans around stale facts."""
-        if not self.settings.dry_run and self.services is not None:
-            for line in [*self.services.reconcile(), *settle_orphans(self.store)]:
-                self.log(f"reconcile: {line}")
+        start and at every epoch, so a running controller never plans around stale facts. A
+        failure is logged and the epoch goes on: what stays unsettled keeps its nodes held, and
+        the other nodes can still be planned and woken."""
+        if self.settings.dry_run or self.services is None:
+            return
+        try:
+            lines = [*self.services.reconcile(), *settle_orphans(self.store)]
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - retried at the next epoch
+            self.log(f"reconcile failed: {type(exc).__name__}: {exc}; unsettled migrations keep their nodes held")
+            return
+        for line in lines:
+            self.log(f"reconcile: {line}")
+
+    def _wake_for_unsettled(self, observed: ClusterSnapshot) -> bool:
+        """Power on (the journaled power-on path) the nodes `wakes_for_unsettled` names; True when
+        one woke, so that the caller reconciles again."""
+        assert self.services is not None
+        wake, advice = wakes_for_unsettled(self.inventory, observed, self.store.unfinished_migrations(),
+                                           self.store.quarantined())
+        for line in advice:
+            self.log(f"unsettled: {line}")
+        woke = False
+        for node, why in wake.items():
+            self.log(f"waking {node}: {why}")
+            try:
+                self.services.ops.power_on(node, why)
+                woke = True
+            except PeakpackError as exc:
+                self.log(f"waking {node} failed: {exc}")
+        return woke
 
     def start(self) -> None:
         """Take the lease now or fail with one line naming its holder, then take office."""
@@ -176,9 +240,14 @@ class Controller:
             self.log(f"unsettled: migration {m.id} of {m.container} ({m.source} -> {m.target}) is {m.state.value}"
                      + (f": {m.reason}" if m.reason else ""))
         self.store.expire_plans()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
-        snapshot = self.observe()
-        if not self.settings.dry_run and self.services is not None:
-            self._count_energy(self.services.account_energy(snapshot, None))  # closes the interval since the last epoch
+        live = None if self.settings.dry_run else self.services
+        observed = self._observe()
+        if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
+            self.reconcile()  # what waited for the woken node is settled before planning
+            observed = self._observe()
+        snapshot = hold_unsettled(observed, self.store.unfinished_migrations())
+        if live is not None:
+            live.account_energy(snapshot, None)  # closes the interval since the last epoch
         snapshot = self.forecast(snapshot)
         inv = self.inventory
         allowance = allowance_at(inv.budgets, inv.windows, datetime.now(timezone.utc),
@@ -219,13 +288,19 @@ class Controller:
         ids = self.store.plan_action_ids(plan_id)
         self.store.set_plan_status(plan_id, final_status({ids.index(a): s for a, s in report.states.items()}),
                                    only_from=[PlanStatus.APPLYING])
-        self._count_energy(self.services.account_energy(self.observe(), plan_id))
+        self.services.account_energy(self.observe(), plan_id)
         return plan
 
-    def _count_energy(self, rows: list[EnergyRow]) -> None:
-        for row in rows:
-            if row.container is None:  # per-container rows split the node's energy: not counted twice
-                self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
+    def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
+                  ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:
+        """`account` that also adds each node's row to the energy counter."""
+        def counted(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
+            rows = account(snapshot, plan_id)
+            for row in rows:
+                if row.container is None:  # per-container rows split the node's energy: not counted twice
+                    self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
+            return rows
+        return counted
 
     def _record(self, plan: Plan, report: ExecutionReport) -> None:
         ids = self.store.plan_action_ids(report.plan_id)

@@ -24,15 +24,19 @@ from db.store import FencedError, LeaseRecord, Store
 
 from .errors import StoreError
 
-#: A renewal may wait up to SQLite's busy timeout (10 s); 30 s leaves two more tries before expiry.
-MIN_TTL_S = 30.0
+#: Renewed every ttl/3 (every 3.3 s), a 10 s lease outlives two renewals that fail outright; a
+#: renewal is one short statement. Only a renewal stuck behind another writer for longer (SQLite
+#: waits up to its 10 s busy timeout) can let it lapse: then this process stops acting (fenced)
+#: and a standby takes over; never two leaders.
+MIN_TTL_S = 10.0
 #: Long epochs still fail over within minutes: the lease does not have to last an epoch.
 MAX_TTL_S = 120.0
 
 
 def lease_ttl(epoch_seconds: float) -> float:
-    """At most one epoch, so a standby takes over within two (expiry + one poll of ttl/3),
-    clamped to [MIN_TTL_S, MAX_TTL_S]."""
+    """One epoch, clamped to [MIN_TTL_S, MAX_TTL_S]: a standby takes over a dead leader within
+    4/3 ttl (expiry + one poll of ttl/3), which is within two epochs for every epoch of at least
+    2/3 MIN_TTL_S (6.7 s)."""
     return max(MIN_TTL_S, min(float(epoch_seconds), MAX_TTL_S))
 
 

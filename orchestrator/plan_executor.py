@@ -126,8 +126,20 @@ class PlanExecutor:
                 self._skip(report, aid, a, f"containers still on it: {', '.join(sorted(unfinished))}")
             elif self.stop_requested():
                 self._skip(report, aid, a, "the controller is stopping")
-            elif not self.ops.hosts_nothing(a.node):
-                self._skip(report, aid, a, "the node hosts containers that the plan did not know of")
             else:
-                self._run(report, aid, a, lambda n=a.node: self.ops.power_off(n, f"plan {plan_id}: emptied"))
+                why = self._why_not_empty(a.node)
+                if why is not None:
+                    self._skip(report, aid, a, why)
+                else:
+                    self._run(report, aid, a, lambda n=a.node: self.ops.power_off(n, f"plan {plan_id}: emptied"))
         return report
+
+    def _why_not_empty(self, node: str) -> str | None:
+        """Why `node` may not be switched off now, or None when it hosts nothing; a node that
+        cannot be asked is kept on (the rest of the plan still runs)."""
+        try:
+            if self.ops.hosts_nothing(node):
+                return None
+        except PeakpackError as exc:
+            return f"could not check that it hosts nothing: {exc}"
+        return "the node hosts containers that the plan did not know of"

@@ -3,18 +3,20 @@ before/after every action, and the rules that keep a failed step from cascading.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from db.records import EnergyRow
-from db.store import ActionState, FencedError, Store
+from db.records import EnergyRow, PlanStatus
+from db.store import ActionState, FencedError, MigrationState, Store
 from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.controller import Controller, ControllerSettings, Services
-from orchestrator.errors import PowerError, StoreError
+from orchestrator.controller import Controller, ControllerSettings, Services, wakes_for_unsettled
+from orchestrator.errors import NodeError, PowerError, StoreError
 from orchestrator.plan_executor import PlanExecutor
 from orchestrator.model import ClusterSnapshot
 from orchestrator.plan import Action, ActionKind, Plan
@@ -25,16 +27,18 @@ class FakeOps:
     """Records calls and the journal state each action had while it ran."""
 
     def __init__(self, store: Store, fail_power_on: set[str] = frozenset(), fail_containers: set[str] = frozenset(),
-                 busy_nodes: set[str] = frozenset()) -> None:
+                 busy_nodes: set[str] = frozenset(), unreachable: set[str] = frozenset()) -> None:
         self.store = store
         self.calls: list[tuple[str, str]] = []
         self.seen_states: list[str] = []
         self.fail_power_on = fail_power_on
         self.fail_containers = fail_containers
         self.busy_nodes = busy_nodes
+        self.unreachable = unreachable
 
     def _state_now(self) -> str:
-        return [a.state.value for a in self.store.list_actions() if a.state is ActionState.ONGOING][-1]
+        ongoing = [a.state.value for a in self.store.list_actions() if a.state is ActionState.ONGOING]
+        return ongoing[-1] if ongoing else "not a plan action"
 
     def power_on(self, node: str, reason: str) -> None:
         self.calls.append(("power_on", node))
@@ -59,6 +63,8 @@ class FakeOps:
         self.calls.append(("pin", node))
 
     def hosts_nothing(self, node: str) -> bool:
+        if node in self.unreachable:
+            raise NodeError(node, "SSH connection refused")
         return node not in self.busy_nodes
 
 
@@ -107,6 +113,19 @@ def test_unknown_containers_keep_a_node_on(store: Store) -> None:
     ops = FakeOps(store, busy_nodes={off})
     PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     assert ("power_off", off) not in ops.calls
+
+
+def test_a_node_that_cannot_be_checked_stays_on_and_the_epoch_ends(store: Store) -> None:
+    plan, plan_id = consolidating_plan(store)
+    offs = [a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF]
+    ops = FakeOps(store, unreachable={offs[0]})
+    report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
+    rows = {(a.kind, a.node): a for a in store.list_actions(plan_id=plan_id)}
+    first = rows[("power_off", offs[0])]
+    assert first.state is ActionState.SKIPPED and "could not check that it hosts nothing" in (first.detail or "")
+    assert ("power_off", offs[0]) not in ops.calls
+    assert all(("power_off", n) in ops.calls for n in offs[1:])  # the rest of the plan still ran
+    assert report.count(ActionState.SKIPPED) == 1 and report.count(ActionState.SUCCEEDED) == len(plan.actions) - 1
 
 
 def test_a_node_that_does_not_wake_gets_no_work(store: Store) -> None:
@@ -177,7 +196,114 @@ def test_energy_metric_counts_node_rows_once(store: Store) -> None:
     assert value("peakpack_energy_joules_total", {"node": "node-2", "source": "model"}) == 1200.0
 
 
-def test_metrics_endpoint_reports_the_last_plan(store: Store) -> None:
+def test_energy_of_a_plan_approved_on_the_web_page_is_counted(store: Store) -> None:
+    inv = demo_inventory()
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 1500.0, "rapl"),
+            EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 900.0, "rapl", container="web-1")]
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, approve=True, time_limit_s=5),
+                            services=fake_services(store, demo_snapshot(inv), [], rows))
+    plan = controller.run_epoch()  # RECOMMENDED: sampled once, before planning
+    value = controller.metrics.registry.get_sample_value
+    assert value("peakpack_energy_joules_total", {"node": "node-1", "source": "rapl"}) == 1500.0
+    result = controller.apply_stored(plan.plan_id or 0, partial=False, decided_by="web")  # samples twice more
+    assert result.status is PlanStatus.APPLIED
+    assert value("peakpack_energy_joules_total", {"node": "node-1", "source": "rapl"}) == 4500.0
+    controller.finish()
+
+
+def test_a_failed_reconciliation_is_logged_and_the_epoch_goes_on(store: Store) -> None:
+    inv = demo_inventory()
+
+    def reconcile() -> list[str]:
+        raise KeyError("State")  # e.g. a bug, or a node answering nonsense
+
+    log = io.StringIO()
+    services = replace(fake_services(store, demo_snapshot(inv), []), reconcile=reconcile)
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5),
+                            console=Console(file=log, width=300), services=services)
+    controller.start()  # taking office (a standby's take-over) survives it
+    controller.run_epoch()  # (taking office has just reconciled)
+    plan = controller.run_epoch()  # and so does every epoch: the nodes are still planned and switched
+    assert plan.actions and store.get_plan(plan.plan_id or 0).status is PlanStatus.APPLIED
+    assert log.getvalue().count("reconcile failed: KeyError: 'State'; unsettled migrations keep their nodes held") == 2
+    controller.finish()
+
+
+def in_doubt(store: Store, container: str, source: str, target: str) -> int:
+    """A migration reconciliation could not settle yet."""
+    mid = store.begin_migration(container, source, target)
+    store.step_finished(store.step_started(mid, "in_doubt"), ok=False, detail="node-2 does not answer")
+    return mid
+
+
+def test_an_unsettled_migration_holds_both_nodes_and_is_listed_first(store: Store) -> None:
+    inv = demo_inventory()
+    free = make_plan(inv, demo_snapshot(inv), time_limit_s=5)
+    move = free.migrations[0]
+    assert move.source and move.target
+    mid = in_doubt(store, move.container or "", move.source, move.target)
+    assert [m.state for m in store.unfinished_migrations()] == [MigrationState.IN_DOUBT]
+    log = io.StringIO()
+    controller = Controller(inv, store, ControllerSettings(dry_run=True, demo=True, time_limit_s=5),
+                            console=Console(file=log, width=300))
+    held = controller.observe().held
+    assert set(held) == {move.source, move.target} and f"migration {mid} of {move.container}" in held[move.source]
+    plan = controller.run_once()
+    touched = {n for a in plan.actions for n in (a.node, a.source, a.target)}
+    assert not touched & {move.source, move.target}
+    lines = log.getvalue().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(f"unsettled: migration {mid} of {move.container} "
+                                                                         f"({move.source} -> {move.target}) is IN_DOUBT"))
+    assert first < next(i for i, line in enumerate(lines) if line.startswith("epoch: plan"))
+
+
+def test_what_an_unsettled_migration_waits_for_is_woken_only_when_it_runs_nowhere() -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    off = replace(snap, nodes=tuple(replace(n, powered=n.name != "node-8") for n in snap.nodes),
+                  containers=tuple(c for c in snap.containers if c.node != "node-8"))
+
+    @dataclass(frozen=True)
+    class M:
+        id: int = 4
+        container: str = "db-23"  # its checkpoint may be on node-8's disk
+        source: str = "node-8"
+        target: str = "node-1"
+
+    wake, advice = wakes_for_unsettled(inv, off, [M()], {})
+    assert list(wake) == ["node-8"] and "migration 4 of db-23 runs nowhere" in wake["node-8"] and advice == []
+    # it runs somewhere: waiting costs nothing, the off node stays off
+    assert wakes_for_unsettled(inv, off, [M(container="web-10")], {}) == ({}, [])
+    # the node it runs on might not be observable: it might run there
+    assert wakes_for_unsettled(inv, replace(off, held={"node-1": "not observed"}), [M()], {}) == ({}, [])
+    # peakpack may not switch it: the operator is told what to do
+    wake, advice = wakes_for_unsettled(inv, off, [M()], {"node-8": "failed to wake"})
+    assert wake == {} and advice == ["migration 4 of db-23 runs nowhere and waits for node-8, which is off and it is "
+                                     "quarantined (failed to wake): power it on by hand, then `peakpack reconcile`"]
+    unmanaged = replace(inv, nodes=tuple(replace(n, power_managed=n.name != "node-8") for n in inv.nodes))
+    assert "it is not power-managed" in wakes_for_unsettled(unmanaged, off, [M()], {})[1][0]
+
+
+def test_the_controller_wakes_that_node_then_reconciles_before_planning(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    off = replace(snap, nodes=tuple(replace(n, powered=n.name != "node-8") for n in snap.nodes),
+                  containers=tuple(c for c in snap.containers if c.node != "node-8"))
+    in_doubt(store, "db-23", "node-8", "node-1")
+    reconciled: list[str] = []
+
+    def reconcile() -> list[str]:
+        reconciled.append("reconcile")
+        return []
+
+    services = replace(fake_services(store, off, []), reconcile=reconcile)
+    controller = Controller(inv, store, ControllerSettings(dry_run=False, approve=True, time_limit_s=5),
+                            console=Console(file=io.StringIO()), services=services)
+    controller.run_once()
+    assert services.ops.calls == [("power_on", "node-8")]  # type: ignore[attr-defined]
+    assert reconciled == ["reconcile", "reconcile"]  # on taking office, and again once node-8 answers
+
     import socket
     import urllib.request
 
