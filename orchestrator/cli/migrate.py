@@ -42,7 +42,9 @@ def migrate(
         snap = observe_cluster(inv, shell)
         where = {c.name: c.node for c in snap.containers}
         if container not in where:
-            raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}")
+            unseen = f" ({', '.join(sorted(snap.held))} could not be observed)" if snap.held else ""
+            raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}{unseen}; check the "
+                                "name with `docker ps` on the nodes (only a running container can move)")
         with err.status(f"{container}: {where[container]} -> {to}") as status:
             result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
                                           progress=lambda step: status.update(f"{container}: {step}"),
