@@ -1,8 +1,9 @@
 """What the nodes look like now, over SSH: per node its containers (name, image, CPU cores and
 memory in use, class and group from labels), and whether it is powered at all.
 
-Each container is marked movable or not, with the reason, by the same rule migration preflight
-applies (`migrate.spec`), so the planner never proposes a move that preflight would refuse.
+Each container is marked movable or not, with the reason, and given the nodes it may not move
+onto (`Container.refused_on`), by the same rules migration preflight applies (`migrate.spec`), so
+the planner never proposes a move that preflight would refuse.
 A container's CPU is what its cgroup's counters measure (stored every observation; the planner
 gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
 has history, and `peakpack.memory_mb` declares its memory. A node that does
