@@ -6,18 +6,22 @@ root and scripts/install-system-deps.sh).
 
 Three containers with an in-memory counter (each prints "<process id> <count>") are moved around a
 3-node lab. Per migration: a random container, a random target, a random fault (network partition,
-dockerd killed, a full disk, a power cut of the source or the target, the controller killed with
-SIGKILL, or none) injected at a random step after a random delay of up to a second (so it lands
-within the step, not only at its start). Then every fault is undone, reconciliation runs until
-nothing is unsettled, and every container is checked:
+dockerd killed, a full disk, a power cut of the source or the target, the migrating process killed
+with SIGKILL, or none) injected at a random step after a random delay of up to a second, from a
+thread (so it lands within the step, not only at its start). `--migrations` counts the faulted
+ones; those drawn without a fault run too and are counted apart. Then every fault is undone,
+reconciliation runs until nothing is unsettled, and every container is checked:
 - lost: running on no node; doubled: running on two; left over: a stopped copy on a second node;
-- state lost: running, but as a new process (its counter restarted). A power cut kills the
-  containers of its node, and so does a killed dockerd once it starts again (docker without
-  live-restore stops them): a container hit that way before any checkpoint of it existed is
-  counted apart, as "died with its node" (the migration's record says "its memory state is
-  lost"; docs/migration.md names the case), not as state lost by the migration.
+- state lost: running, but as a new process (its counter restarted).
+A power cut kills the containers of its node, and so does a killed dockerd once it starts again
+(docker without live-restore stops them, and in the lab leaves them exited). A container that ran
+on the node hit that way while no finished checkpoint of it existed (the journal has no
+checkpointing step done before the fault, or its migration had ended) died with its node, as it
+would have without any migration (docs/migration.md names the case): it is counted apart, and
+when left exited the bench starts it again, as an operator would. Any other container found
+stopped is lost, and any other new process is state lost: peakpack had a checkpoint to restore.
 Printed: migrations tried, faults by kind, outcomes by state, the counts above (targets: 0 lost,
-0 doubled), and the time from the fault to everything settled.
+0 doubled, 0 state lost), and the time from the fault to everything settled.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db.store import Store  # noqa: E402
+from db.records import MigrationRecord, StepRecord  # noqa: E402
+from db.store import MigrationState, Store  # noqa: E402
 from lab import Lab  # noqa: E402
 from lab.faults import Fault  # noqa: E402
 from lab.node import start_node, stop_node  # noqa: E402
@@ -50,7 +56,7 @@ COUNTER = 'id=$RANDOM; i=0; while :; do i=$((i+1)); echo "$id $i"; sleep 0.1; do
 STEPS = ("creating", "precopy", "checkpointing", "transferring", "restoring", "verifying", "settling")
 FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill")
 KILLED = """
-import os, signal, sys, time
+import os, signal, sys, threading
 from db.store import Store
 from migrate.handler import Migration
 from orchestrator.config import load_inventory
@@ -59,9 +65,10 @@ inventory, db, name, source, target, step, delay = sys.argv[1:]
 inv = load_inventory(inventory)
 
 async def die(now):
-    if now == step:
-        time.sleep(float(delay))
-        os.kill(os.getpid(), signal.SIGKILL)
+    if now == step:  # from a thread: the step runs on meanwhile, so the kill lands within it
+        timer = threading.Timer(float(delay), os.kill, (os.getpid(), signal.SIGKILL))
+        timer.daemon = True  # a migration that ends first ends the process before it
+        timer.start()
 
 with RemoteShell(inv) as shell, Store.open(db) as store:
     shell.call(Migration(shell.pool, shell.engines, store, inv, name, source, target, hook=die).run())
@@ -94,6 +101,23 @@ def inject(lab: Lab, kind: str, node: str) -> None:
         stop_node(lab.node(node))
 
 
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)  # SQLite keeps no zone
+
+
+def died_with_node(n: str, side: str, at: datetime, ran_on: str, m: MigrationRecord, steps: list[StepRecord]) -> bool:
+    """Container `n`, on `ran_on` before migration `m`, came back as a new process after a power
+    cut or a killed dockerd on `side` at `at`: it died with that node unless a finished checkpoint
+    of it existed then (peakpack should have restored it from that)."""
+    if n != m.container:
+        return side == ran_on
+    if m.finished_at is not None and _utc(m.finished_at) <= at:  # settled before the fault: an ordinary container
+        return side == (m.target if m.state is MigrationState.SUCCEEDED else m.source)
+    checkpointed = any(s.step == "checkpointing" and s.state == "DONE" and s.finished_at is not None
+                       and _utc(s.finished_at) <= at for s in steps)
+    return side == m.source and not checkpointed
+
+
 def heal(lab: Lab) -> None:
     for n in lab.layout.nodes:
         start_node(n)
@@ -117,7 +141,7 @@ def main() -> None:
     db = f"sqlite:///{lab.dir / 'chaos.db'}"
     faults: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
-    lost = doubled = left_over = state_lost = died_with_node = tried = 0
+    lost = doubled = left_over = state_lost = died = tried = faulted = 0
     recovery: list[float] = []
     try:
         for i, name in enumerate(names):
@@ -128,9 +152,9 @@ def main() -> None:
         probe = power_probe(inv)
         ids = {n: process_id(lab, f"node-{i + 1}", n) for i, n in enumerate(names)}
         node_of = {n: f"node-{i + 1}" for i, n in enumerate(names)}
-        for k in range(args.migrations):
+        while faulted < args.migrations:
             if time.monotonic() > deadline:
-                print(f"# time is up after {k} migrations", file=sys.stderr)
+                print(f"# time is up after {faulted} faulted migrations", file=sys.stderr)
                 break
             healthy = {n: [node for node, up in where(lab, n).items() if up] for n in names}
             healthy = {n: nodes for n, nodes in healthy.items() if len(nodes) == 1}  # lost/doubled ones were counted
@@ -144,8 +168,10 @@ def main() -> None:
             side = rng.choice((source, target))
             faults[kind if kind in ("none", "sigkill") else f"{kind} ({'source' if side == source else 'target'})"] += 1
             hit_at: list[float] = []
+            hit_wall: list[datetime] = []
             threads: list[threading.Thread] = []
             tried += 1
+            faulted += kind != "none"
             if kind == "sigkill":
                 subprocess.run([sys.executable, "-c", KILLED, str(lab.inventory_path), db, name, source, target, step,
                                 f"{delay:.2f}"], cwd=REPO, capture_output=True, timeout=900)
@@ -156,6 +182,7 @@ def main() -> None:
                     if now == step and kind != "none":
                         def later() -> None:
                             time.sleep(delay)
+                            hit_wall.append(datetime.now(timezone.utc))
                             inject(lab, kind, side)
                             hit_at.append(time.monotonic())
                         threads.append(threading.Thread(target=later, daemon=True))
@@ -174,49 +201,49 @@ def main() -> None:
                         break
                     time.sleep(3)
                 last = max(store.list_migrations(), key=lambda m: m.id)
+                steps = store.migration_steps(last.id)
                 outcomes[last.state.value] += 1
             if hit_at:
                 recovery.append(time.monotonic() - hit_at[0])
-            killer = kind in ("power-cut", "kill-dockerd")  # these kill every container of their node
+            killer = kind in ("power-cut", "kill-dockerd") and bool(hit_wall)  # these kill every container of their node
             for n in names:
                 copies = where(lab, n)
                 up = [node for node, is_up in copies.items() if is_up]
-                if not up and killer and list(copies) == [side]:
-                    # its only copy sat on the node whose power or dockerd was cut, and docker left it
-                    # exited: it died with its node, as it would have without any migration
-                    lab.exec(side, ["docker", "start", n], timeout=120)
-                    died_with_node += 1
+                if not up and len(copies) == 1 and killer and died_with_node(n, side, hit_wall[0], node_of[n],
+                                                                             last, steps):
+                    died += 1
+                    lab.exec(next(iter(copies)), ["docker", "start", n], timeout=120)
                     copies = where(lab, n)
                     up = [node for node, is_up in copies.items() if is_up]
                     ids[n] = process_id(lab, up[0], n) if up else ids[n]
                 lost += not up
                 doubled += len(up) > 1
                 left_over += len(copies) > len(up) and bool(up)
-                if up:
+                if not up:
+                    print(f"# lost: {n} ({copies}) after {kind} on {side} at {step} "
+                          f"(migration {last.id} {last.state.value}: {last.reason})", file=sys.stderr)
+                else:
                     now_id = process_id(lab, up[0], n)
                     if now_id != ids[n]:
-                        # a killer fault on the node it ran on: before the migration settled that is the
-                        # node it came from; after a migration that succeeded, the node it moved to
-                        ran_on = {node_of.get(n)} | ({target} if n == name and last.state.value == "SUCCEEDED" else set())
-                        if killer and side in ran_on:
-                            died_with_node += 1
+                        if killer and died_with_node(n, side, hit_wall[0], node_of[n], last, steps):
+                            died += 1
                         else:
                             state_lost += 1
                             print(f"# state lost: {n} on {up[0]} after {kind} on {side} at {step} "
                                   f"(migration {last.id} {last.state.value}: {last.reason})", file=sys.stderr)
                         ids[n] = now_id
                     node_of[n] = up[0]
-            print(f"{k + 1:3d} {name} {source}->{target} {kind:12s} at {step:13s} +{delay:.2f}s: "
+            print(f"{tried:3d} {name} {source}->{target} {kind:12s} at {step:13s} +{delay:.2f}s: "
                   f"{last.state.value}", flush=True)
     finally:
         if own:
             lab.down(log=lambda _: None)
-    print(f"\nmigrations tried: {tried}")
+    print(f"\nmigrations tried: {tried} ({faulted} with a fault, {tried - faulted} without)")
     print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
     print(f"containers lost: {lost} (target 0); doubled: {doubled} (target 0); stopped copies left over: "
           f"{left_over}; state lost: {state_lost}; died with their node or daemon before a checkpoint: "
-          f"{died_with_node}")
+          f"{died}")
     if recovery:
         recovery.sort()
         print(f"time from fault to settled: median {recovery[len(recovery) // 2]:.1f} s, max {recovery[-1]:.1f} s")
