@@ -1,0 +1,57 @@
+"""The energy sampler learns a node's idle from the rows its store already holds, so a restarted
+controller still splits a package-domain RAPL interval well below the curve's idle: containers
+get their share of the active energy and the parts add up to what the counter measured."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from db.records import DemandRecord, EnergyRow, EnergySample
+from db.store import Store
+from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState,
+                                PowerCurve)
+from power.sampler import EnergySampler
+
+TOP = 10**12
+BOOT = "b00t"
+
+
+class Shell:
+    """Answers READ_SCRIPT with fixed counters."""
+
+    def __init__(self, text: str) -> None:
+        self.pool = SimpleNamespace(run=lambda node, argv, timeout: SimpleNamespace(stdout=text))
+
+    def gather(self, results: list[Any]) -> list[Any]:
+        return results
+
+
+def test_a_restarted_sampler_learns_the_counters_idle_from_the_store(tmp_path: Path) -> None:
+    inv = Inventory(ClusterConfig("t"), (NodeSpec("n1", "192.0.2.2", 4, 8192, PowerCurve.linear(100, 250)),))
+    before = datetime.now(timezone.utc) - timedelta(seconds=60)
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        # an earlier quiet interval: the package drew 30 W (the wall curve's idle is 100 W)
+        store.add_energy([EnergyRow("n1", before - timedelta(minutes=10), before - timedelta(minutes=9), 1800.0,
+                                    "rapl", idle_j=1800.0, residual_j=0.0)])
+        store.add_energy_samples([
+            EnergySample("n1", before, "rapl", energy_uj=0, zone="intel-rapl:0", max_energy_range_uj=TOP,
+                         boot_id=BOOT),
+            EnergySample("n1", before, "busy", boot_id=BOOT, busy_ns=0)])
+        store.add_demand([DemandRecord(at=before, container="a", node="n1", interval_s=None, cpu=0.0, cpu_time_ns=0,
+                                       memory_mb=10.0, source="stats"),
+                          DemandRecord(at=before + timedelta(seconds=59), container="a", node="n1", interval_s=59.0,
+                                       cpu=1.5, cpu_time_ns=int(1.5 * 59e9), memory_mb=10.0, source="cgroup")])
+        # now: 60 W over the last minute, 2 cores busy, 1.5 of them container a's
+        text = f"boot {BOOT}\nbusy {int(2 * 60e9)}\nintel-rapl:0 {60 * 60 * 10**6} {TOP}\n"
+        sampler = EnergySampler(inv, store, Shell(text), log=lambda _line: None)  # type: ignore[arg-type]
+        snapshot = ClusterSnapshot(nodes=(NodeState("n1"),), containers=(Container("a", "n1", 1.5, 10.0),))
+        node, a = sampler.sample(snapshot, None)
+    seconds = (node.end - node.start).total_seconds()
+    assert node.source == "rapl" and node.idle_j == pytest.approx(30.0 * seconds)  # learned, not 100 W
+    assert a.container == "a" and a.energy_j > 0
+    assert node.idle_j + node.residual_j + a.energy_j == pytest.approx(node.energy_j)
