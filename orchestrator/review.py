@@ -3,7 +3,8 @@
 A plan is made on one snapshot and applied, maybe an hour later, on another. Before `apply` runs
 it, every action is replayed in order on a fresh snapshot (`plan.replay`, so the capacity rule and
 every precondition are the ones the planner was held to): the container is still on its source,
-the target is up and the cap still holds there, a node to switch off is empty by then. An action
+the target is up and the cap still holds there and does not refuse the container (`refused_on`,
+the preflight rule the observer applied), a node to switch off is empty by then. An action
 whose precondition fails is SKIPPED and the replay carries on without it, so an action that only
 made sense after it (a migration onto a node whose power-on was skipped, the power-off of a node
 it was to empty) fails in turn, and says which skip it followed. Pure: data in, data out.
@@ -92,6 +93,9 @@ def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[
                 c = next((c for c in state.containers if c.name == action.container), None)
                 if c is not None and c.immovable is not None:
                     raise PlanError(f"container can no longer be live-migrated: {c.immovable}")
+                refused = dict(c.refused_on) if c is not None else {}
+                if action.target in refused:
+                    raise PlanError(f"node {action.target} now refuses it: {refused[action.target]}")
             state = replay(inventory, state, [action])
         except PlanError as exc:
             reason = str(exc).removeprefix(f"{action.describe()}: ")

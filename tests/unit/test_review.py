@@ -98,6 +98,16 @@ def test_a_container_that_became_immovable_is_not_moved() -> None:
     assert reasons(fresh)[0] == "container can no longer be live-migrated: uses a GPU"
 
 
+def test_a_target_that_now_refuses_the_container_is_not_moved_onto() -> None:
+    fresh = snapshot()
+    why = "a volume named data already exists there: remove or rename it"
+    fresh = replace(fresh, containers=(replace(fresh.containers[0], refused_on=(("n2", why),)),) + fresh.containers[1:])
+    got = reasons(fresh)
+    assert got[0] == f"node n2 now refuses it: {why}"
+    assert got[1] is None  # b may still go to n2
+    assert got[2] == "node still hosts containers (after skipping #1)"
+
+
 def test_the_review_summary_names_each_failed_action() -> None:
     review = review_plan(inventory(), snapshot(b=4.5), DRAIN)
     assert review.drifted and [c.index for c in review.skipped] == [1, 2]
