@@ -3,7 +3,8 @@
     .venv/bin/python bench/simulate_compare.py 20110303 [20110306 ...] [--policies a,b]
 
 Prints energy, migrations, SLATAH, SLAV, ratios to LR-MMT-1.2 and plan time, with the fluid lower
-bound at the cap of 0.70 beside them. Days are folder names under ../shared/data/planetlab or paths.
+bound at the cap of 0.70 beside them. Days are folder names under ../shared/data/planetlab (the
+project's shared folder beside the repository, not part of it) or paths.
 """
 
 from __future__ import annotations

@@ -177,8 +177,9 @@ class EnergyRow:
     source: str  # rapl, dcmi, model
     container: str | None = None
     plan_id: int | None = None
-    #: node rows (Kepler's split): energy at the curve's idle power, and active energy that no
-    #: container's CPU time accounts for; None where not split (container rows, old rows)
+    #: node rows (Kepler's split): energy at the node's idle power in the row's own domain (learned
+    #: from the counter for rapl/dcmi rows, the curve's for model rows; power/accounting.py), and
+    #: active energy that no container's CPU time accounts for; None where not split
     idle_j: float | None = None
     residual_j: float | None = None
 

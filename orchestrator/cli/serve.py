@@ -31,7 +31,7 @@ def serve(
     metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
     lease_ttl: Annotated[Optional[float], typer.Option(
         "--lease-ttl", min=1.0,
-        help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 30-120 s.")] = None,
+        help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.")] = None,
     http_port: Annotated[Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")] = None,
     http_addr: HttpAddrOpt = "127.0.0.1",
     db: DbOpt = None,
