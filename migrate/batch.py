@@ -129,10 +129,11 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Store, m: Migrati
         state, reason = await settler.run(checkpointed, why)
     if state is MigrationState.IN_DOUBT:
         _journal_in_doubt(store, m, reason)
-    else:
-        store.finish_migration(m.id, state, reason)
+    else:  # the action first: a failure between the two writes leaves the migration open, never
+        # a finished migration that the error path would journal IN_DOUBT again
         if m.action_id is not None:
             store.set_action_state(m.action_id, ACTION_STATE[state], reason)
+        store.finish_migration(m.id, state, reason)
     return state, reason
 
 

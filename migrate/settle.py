@@ -123,7 +123,10 @@ class Settler:
             d = await self.engines.inspect_container_or_none(node, self.container)
             if d is None:
                 return Side(node, Copy.ABSENT)
-            processes = await self.ssh.run(node, PROCESSES_ARGV, timeout=30)
+            processes = await self.ssh.run(node, PROCESSES_ARGV, check=False, timeout=30)
+            if not processes.ok:  # it answers, but cannot say what runs: not the same as silent
+                return Side(node, Copy.UNKNOWN, doubt="answers, but cannot list its processes "
+                            f"(`ps -e -o netns=,args=` exited {processes.exit_status}); install procps there")
             busy = in_flight(processes.stdout, self.container, str(d["Id"]), self.checkpoint)
             if busy:
                 return Side(node, Copy.UNKNOWN, doubt=f"still runs `{busy[0][:200]}`")

@@ -176,7 +176,7 @@ def parse_node_facts(node: str, text: str) -> NodeFacts:
         networks = {n["Name"]: n for n in json.loads(nets)} if sep else None
     except (ValueError, KeyError, TypeError):
         networks = None
-    if networks is None:
+    if networks is None or not all(_network_shape_ok(n) for n in networks.values()):
         raise NodeError(node, f"its volumes and networks answered something unexpected: {text[:80]!r}")
     flags: set[str] = set()
     vols: set[str] = set()
@@ -190,6 +190,17 @@ def parse_node_facts(node: str, text: str) -> NodeFacts:
         elif line.startswith("flags"):
             flags.update(line.partition(":")[2].split())
     return NodeFacts(frozenset(vols), networks, frozenset(flags), frozenset(paths))
+
+
+def _network_shape_ok(n: Any) -> bool:
+    """The fields `same_network` reads have the Engine API's shapes: garbage is the node's error,
+    never a traceback in the planner."""
+    if not isinstance(n, dict) or not isinstance(n.get("Name"), str):
+        return False
+    ipam = n.get("IPAM") or {}
+    configs = (ipam.get("Config") or []) if isinstance(ipam, dict) else None
+    return (isinstance(configs, list) and isinstance(n.get("Driver") or "", str)
+            and all(isinstance(c, dict) and isinstance(c.get("Subnet", ""), str) for c in configs))
 
 
 def shared_paths(containers: Iterable[Inspect]) -> list[str]:

@@ -194,6 +194,8 @@ class Controller:
             try:
                 self.services.ops.power_on(node, why)
                 woke = True
+            except FencedError:
+                raise  # another controller leads: it wakes what still needs waking
             except PeakpackError as exc:
                 self.log(f"waking {node} failed: {exc}")
         return woke

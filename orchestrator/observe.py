@@ -3,7 +3,8 @@ memory in use, class and group from labels), and whether it is powered at all.
 
 Each container is marked movable or not, with the reason, and given the nodes it may not move
 onto (`Container.refused_on`), by the same rules migration preflight applies (`migrate.spec`), so
-the planner never proposes a move that preflight would refuse.
+the planner never proposes a move onto an observed node that preflight would refuse (a node that
+is off has no facts until it is woken; preflight still judges it then).
 A container's CPU is what its cgroup's counters measure (stored every observation; the planner
 gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
 has history, and `peakpack.memory_mb` declares its memory. A node that does
@@ -125,13 +126,9 @@ def parse_inspect(node: str, inspect_json: str) -> list[spec.Inspect]:
     return items
 
 
-def parse_containers(node: str, inspect_json: str, usage: dict[str, Usage]) -> list[Container]:
-    """The running containers; `declared` marks those whose CPU a `peakpack.cpu` label gives."""
-    return containers_of(node, parse_inspect(node, inspect_json), usage)
-
-
 def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usage]) -> list[Container]:
-    """`parse_containers` on inspect documents already read."""
+    """The running containers of `parse_inspect`'s documents; `declared` marks those whose CPU a
+    `peakpack.cpu` label gives."""
     try:
         why_not = spec.immovable(items)
     except (KeyError, TypeError, AttributeError) as exc:

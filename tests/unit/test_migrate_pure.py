@@ -11,7 +11,7 @@ from orchestrator.names import container_name
 from migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
 from orchestrator.errors import NodeError, PeakpackError, PowerError
 from orchestrator.model import BmcConfig, Container, ContainerClass
-from orchestrator.observe import parse_containers, parse_usage
+from orchestrator.observe import containers_of, parse_inspect, parse_usage
 from power.ipmi import ipmitool_argv, parse_dcmi, parse_status
 
 INSPECT = [{
@@ -33,12 +33,12 @@ def test_unsafe_container_names_are_refused(bad: str) -> None:
 
 def test_observer_reads_declared_demand_from_labels() -> None:
     usage = parse_usage("node-1", "# 10.0\nweb-1 0 20971520\n# 11.0\nweb-1 125000000 20971520\n")
-    [c] = parse_containers("node-1", json.dumps(INSPECT), usage)
+    [c] = containers_of("node-1", parse_inspect("node-1", json.dumps(INSPECT)), usage)
     assert c.declared  # the forecast's fallback until the container has history
     assert (c.cpu, c.memory_mb, c.cls, c.group, c.node) == (1.5, 20.0, ContainerClass.DEVIL, "shop", "node-1")
     assert usage["web-1"].sample_cores == 0.125
     with pytest.raises(NodeError, match="node-1"):
-        parse_containers("node-1", "garbage", usage)
+        containers_of("node-1", parse_inspect("node-1", "garbage"), usage)
 
 
 def test_pinning_gives_devils_their_own_cores_on_distinct_caches() -> None:

@@ -178,6 +178,10 @@ def test_node_facts_are_read_from_the_script_output() -> None:
     assert spec.parse_node_facts("node-2", "\nnetworks\n[]") == spec.NodeFacts()  # no flags line (not x86)
     with pytest.raises(NodeError, match="node-2"):
         spec.parse_node_facts("node-2", "Cannot connect to the Docker daemon")
+    for garbage in ([{"Name": "x", "IPAM": "s"}], [{"Name": "x", "IPAM": {"Config": [None]}}],
+                    [{"Name": "x", "IPAM": {"Config": [{"Subnet": 7}]}}], ["x"], {"Name": "x"}):
+        with pytest.raises(NodeError, match="node-2: .*unexpected"):  # JSON of the wrong shape: the node's error
+            spec.parse_node_facts("node-2", "flags: fpu\nnetworks\n" + json.dumps(garbage))
     argv = spec.node_facts_argv(["/srv/a b"])
     assert argv[:2] == ["sh", "-c"] and argv[-1] == "/srv/a b"  # paths are arguments, never spliced in
 

@@ -115,7 +115,7 @@ def test_unknown_containers_keep_a_node_on(store: Store) -> None:
     assert ("power_off", off) not in ops.calls
 
 
-def test_a_node_that_cannot_be_checked_stays_on_and_the_epoch_ends(store: Store) -> None:
+def test_a_node_that_cannot_be_checked_stays_on_and_the_rest_of_the_plan_runs(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
     offs = [a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF]
     ops = FakeOps(store, unreachable={offs[0]})

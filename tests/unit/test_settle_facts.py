@@ -91,10 +91,13 @@ class FakeNodes:
     def __init__(self, copies: dict[tuple[str, str], Copy]) -> None:
         self.copies = copies
         self.commands: list[tuple[str, list[str]]] = []
+        self.no_ps: set[str] = set()  # nodes whose `ps` cannot list processes (busybox, say)
 
     async def run(self, node: str, argv: list[str], *, timeout: float = 120.0, check: bool = True,
                   input: str | None = None) -> CommandResult:
         if argv == PROCESSES_ARGV:
+            if node in self.no_ps:
+                return CommandResult(1, "", "ps: unrecognized option: netns=")
             return CommandResult(0, ps(*(p for (n, _), c in self.copies.items() if n == node for p in c.processes)), "")
         self.commands.append((node, list(argv)))
         if argv[0] == "test":  # the complete-checkpoint test: the folder names the container's ID
@@ -166,6 +169,16 @@ def test_an_engine_error_is_an_unknown_copy_not_a_crash() -> None:
     state, reason = settle(nodes)
     assert state is MigrationState.IN_DOUBT and "node-2 answers, but its engine failed: 500" in (reason or "")
     assert not changes(nodes)
+
+
+def test_a_node_that_cannot_list_its_processes_is_in_doubt_with_the_fix() -> None:
+    """Without a process list nobody knows whether a restore still runs there: wait, say why."""
+    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=False, checkpoint=True),
+                       ("node-2", "web"): Copy(DST_ID, running=False, checkpoint=True)})
+    nodes.no_ps.add("node-2")
+    state, reason = settle(nodes)
+    assert state is MigrationState.IN_DOUBT and not changes(nodes)
+    assert "node-2 answers, but cannot list its processes" in (reason or "") and "install procps" in (reason or "")
 
 
 def test_a_rollback_removes_the_checkpoint_the_source_was_restored_from() -> None:
