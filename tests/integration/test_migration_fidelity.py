@@ -257,9 +257,10 @@ def refused(lab: Lab, name: str, to: str, db: Path) -> str:
     return proc.stderr.strip()
 
 
-def node_state(lab: Lab, node: str) -> list[str]:
-    """What a refused migration must not change on a node: containers, volumes, images, networks."""
-    return [sh(lab, node, "docker", *argv) for argv in (("ps", "-a", "--format", "{{.Names}} {{.ID}} {{.State}}"),
+def node_state(lab: Lab, node: str) -> list[list[str]]:
+    """What a refused migration must not change on a node: containers, volumes, images, networks
+    (each listing sorted: docker lists images created in the same second in either order)."""
+    return [sorted(sh(lab, node, "docker", *argv).splitlines()) for argv in (("ps", "-a", "--format", "{{.Names}} {{.ID}} {{.State}}"),
                                                        ("volume", "ls", "-q"), ("images", "-q"),
                                                        ("network", "ls", "-q"))]
 
