@@ -17,9 +17,9 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from orchestrator.simulate.engine import fluid_bound_kwh, simulate  # noqa: E402
-from orchestrator.simulate.policies import get_sim_policy  # noqa: E402
-from orchestrator.simulate.scenario import load_scenario  # noqa: E402
+from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate  # noqa: E402
+from peakpack.orchestrator.simulate.registry import get_sim_policy  # noqa: E402
+from peakpack.orchestrator.simulate.scenario import load_scenario  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetlab"
 

@@ -41,16 +41,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db.records import MigrationRecord, StepRecord  # noqa: E402
-from db.store import MigrationState, Store  # noqa: E402
-from lab import Lab  # noqa: E402
-from lab.faults import Fault  # noqa: E402
-from lab.node import start_node, stop_node  # noqa: E402
-from migrate.batch import reconcile_migrations  # noqa: E402
-from migrate.handler import Migration  # noqa: E402
-from orchestrator.config import load_inventory  # noqa: E402
-from orchestrator.remote import RemoteShell  # noqa: E402
-from power.ipmi import power_probe  # noqa: E402
+from peakpack.orchestrator.domain.records import MigrationRecord, StepRecord  # noqa: E402
+from peakpack.orchestrator.domain.states import MigrationState  # noqa: E402
+from peakpack.db.store import Store
+from peakpack.lab import Lab  # noqa: E402
+from peakpack.lab.faults import Fault  # noqa: E402
+from peakpack.lab.node import start_node, stop_node  # noqa: E402
+from peakpack.migrate.batch import reconcile_migrations  # noqa: E402
+from peakpack.migrate.transaction import Migration  # noqa: E402
+from peakpack.orchestrator.domain.config import load_inventory  # noqa: E402
+from peakpack.orchestrator.remote.shell import RemoteShell  # noqa: E402
+from peakpack.power.ipmi import power_probe  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "peakpack/busybox:lab"
@@ -59,7 +60,7 @@ STEPS = ("creating", "precopy", "checkpointing", "transferring", "restoring", "v
 FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill")
 KILLED = """
 import os, signal, sys, threading
-from db.store import Store
+from peakpack.db.store import Store
 from migrate.handler import Migration
 from orchestrator.config import load_inventory
 from orchestrator.remote import RemoteShell
@@ -202,11 +203,11 @@ def main() -> None:
             with RemoteShell(inv) as shell, Store.open(db) as store:
                 for _ in range(5):
                     shell.call(reconcile_migrations(shell.pool, shell.engines, store, probe))
-                    if not store.unfinished_migrations():
+                    if not store.migrations.unfinished():
                         break
                     time.sleep(3)
-                last = max(store.list_migrations(), key=lambda m: m.id)
-                steps = store.migration_steps(last.id)
+                last = max(store.migrations.history(), key=lambda m: m.id)
+                steps = store.migrations.steps(last.id)
                 outcomes[last.state.value] += 1
             if hit_at:
                 recovery.append(time.monotonic() - hit_at[0])

@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db.store import Store  # noqa: E402
-from lab import Lab  # noqa: E402
-from migrate.handler import Migration  # noqa: E402
-from orchestrator.config import load_inventory  # noqa: E402
-from orchestrator.remote import RemoteShell  # noqa: E402
+from peakpack.db.store import Store  # noqa: E402
+from peakpack.lab import Lab  # noqa: E402
+from peakpack.migrate.transaction import Migration  # noqa: E402
+from peakpack.orchestrator.domain.config import load_inventory  # noqa: E402
+from peakpack.orchestrator.remote.shell import RemoteShell  # noqa: E402
 
 IMAGE = "peakpack/busybox:lab"
 #: $2 MB of random data in the writable layer (copied like a volume, before the freeze), then a

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.simulate.engine import fluid_bound_kwh, simulate  # noqa: E402
-from orchestrator.simulate.policies import POLICIES, get_sim_policy  # noqa: E402
-from orchestrator.simulate.scenario import load_scenario  # noqa: E402
+from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate  # noqa: E402
+from peakpack.orchestrator.simulate.registry import POLICIES, get_sim_policy  # noqa: E402
+from peakpack.orchestrator.simulate.scenario import load_scenario  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetlab"
 

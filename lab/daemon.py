@@ -1,4 +1,4 @@
-"""The lab's hardware emulation, one detached process per lab (`python -m lab.daemon DIR`):
+"""The lab's hardware emulation, one detached process per lab (`python -m peakpack.lab.daemon DIR`):
 
 - one IPMI BMC per node (pyghmi's `Bmc` server on UDP, spoken to with `ipmitool -I lanplus`);
   chassis power off/soft really kills the node's containers, dockerd and sshd, power on starts

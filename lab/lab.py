@@ -214,7 +214,7 @@ class Lab:
     def _daemon(self, lab: LabLayout) -> None:
         ready = lab.dir / "labd.ready"
         with open(lab.dir / "labd.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "lab.daemon", str(lab.dir)], stdout=log,
+            proc = subprocess.Popen([sys.executable, "-m", "peakpack.lab.daemon", str(lab.dir)], stdout=log,
                                     stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=Path(__file__).resolve().parents[1])
         (lab.dir / "labd.pid").write_text(f"{proc.pid}\n")

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from orchestrator.errors import PeakpackError
+from peakpack.orchestrator.domain.errors import PeakpackError
 
 from .layout import NodeLayout
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from db.records import MigrationRecord
-from db.store import ActionState, FencedError, MigrationState, Store
-from orchestrator.errors import PeakpackError
-from orchestrator.model import Inventory
-from orchestrator.plan import Action
-from orchestrator.remote import SshPool
-from orchestrator.remote.engine import EnginePool
+from peakpack.orchestrator.domain.records import MigrationRecord
+from peakpack.orchestrator.domain.states import ActionState, MigrationState
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.errors import PeakpackError
+from peakpack.orchestrator.domain.model import Inventory
+from peakpack.orchestrator.domain.plan import Action
+from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.docker_api import EnginePool
 
-from .handler import Migration
-from .settle import Facts, PowerProbe, Settler
+from .transaction import Migration
+from .settle import MigrationFacts, PowerProbe, Settler
 
 ACTION_STATE = {
     MigrationState.SUCCEEDED: ActionState.SUCCEEDED,
@@ -34,7 +36,7 @@ ACTION_STATE = {
 
 
 async def execute_migrations(
-    ssh: SshPool, engines: EnginePool, store: Store, inventory: Inventory, actions: Sequence[tuple[int, Action]], *,
+    ssh: SshPool, engines: EnginePool, store: Journal, inventory: Inventory, actions: Sequence[tuple[int, Action]], *,
     per_node: int = 1, cluster: int = 2, progress: Callable[[str], None] | None = None,
     bmc_power: PowerProbe | None = None, stop_requested: Callable[[], bool] = lambda: False,
 ) -> dict[int, ActionState]:
@@ -53,22 +55,22 @@ async def execute_migrations(
         async with limit, node_limits[first], node_limits[second]:
             if stopping():
                 if not fenced:
-                    store.set_action_state(action_id, ActionState.SKIPPED, "the controller is stopping")
+                    store.plans.set_action_state(action_id, ActionState.SKIPPED, "the controller is stopping")
                 return ActionState.SKIPPED
             try:
                 got = await engines.inspect_container_or_none(a.source, a.container)
             except PeakpackError as exc:
-                store.set_action_state(action_id, ActionState.SKIPPED, f"source unreachable: {exc}")
+                store.plans.set_action_state(action_id, ActionState.SKIPPED, f"source unreachable: {exc}")
                 return ActionState.SKIPPED
             if got is None or not got["State"]["Running"]:
-                store.set_action_state(action_id, ActionState.SKIPPED, f"{a.container} no longer runs on {a.source}")
+                store.plans.set_action_state(action_id, ActionState.SKIPPED, f"{a.container} no longer runs on {a.source}")
                 return ActionState.SKIPPED
-            store.set_action_state(action_id, ActionState.ONGOING)
+            store.plans.set_action_state(action_id, ActionState.ONGOING)
             say(f"migrating {a.container}: {a.source} -> {a.target}")
             result = await Migration(ssh, engines, store, inventory, a.container, a.source, a.target, action_id,
                                      bmc_power=bmc_power, stop_requested=stopping).run()
             state = ACTION_STATE[result.state]
-            store.set_action_state(action_id, state, result.reason)
+            store.plans.set_action_state(action_id, state, result.reason)
             say(f"{a.container}: {result.state.value.lower()}" + (f" ({result.reason})" if result.reason else ""))
             return state
 
@@ -80,7 +82,7 @@ async def execute_migrations(
             return action_id, ActionState.FAILED
         except Exception as exc:  # noqa: BLE001 - one migration's error never aborts the others
             try:
-                store.set_action_state(action_id, ActionState.FAILED, _describe(exc))
+                store.plans.set_action_state(action_id, ActionState.FAILED, _describe(exc))
             except Exception:  # noqa: BLE001 - the journal itself failed: reconciliation sees the migration
                 pass
             return action_id, ActionState.FAILED
@@ -88,14 +90,14 @@ async def execute_migrations(
     return dict(await asyncio.gather(*(guarded(aid, a) for aid, a in actions)))
 
 
-async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
+async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal,
                                bmc_power: PowerProbe | None = None) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. One that fails to settle for any reason (a docker or database error, a
     bug) stays IN_DOUBT with the reason, journaled, and the others are still settled; only a
     fenced write stops it all (another controller leads). Returns one line per migration."""
     lines = []
-    for m in store.unfinished_migrations():
+    for m in store.migrations.unfinished():
         try:
             state, reason = await _reconcile(ssh, engines, store, m, bmc_power)
         except FencedError:
@@ -113,11 +115,11 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Store,
     return lines
 
 
-async def _reconcile(ssh: SshPool, engines: EnginePool, store: Store, m: MigrationRecord,
+async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: MigrationRecord,
                      bmc_power: PowerProbe | None) -> tuple[MigrationState, str | None]:
-    steps = store.migration_steps(m.id)
+    steps = store.migrations.steps(m.id)
     preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
-    facts = Facts.loads(preflight.detail) if preflight else None
+    facts = MigrationFacts.loads(preflight.detail) if preflight else None
     if facts is None:  # preflight never finished: nothing was changed on either node
         state = MigrationState.FAILED
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
@@ -132,16 +134,16 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Store, m: Migrati
     else:  # the action first: a failure between the two writes leaves the migration open, never
         # a finished migration that the error path would journal IN_DOUBT again
         if m.action_id is not None:
-            store.set_action_state(m.action_id, ACTION_STATE[state], reason)
-        store.finish_migration(m.id, state, reason)
+            store.plans.set_action_state(m.action_id, ACTION_STATE[state], reason)
+        store.migrations.finish(m.id, state, reason)
     return state, reason
 
 
-def _journal_in_doubt(store: Store, m: MigrationRecord, reason: str | None) -> None:
+def _journal_in_doubt(store: Journal, m: MigrationRecord, reason: str | None) -> None:
     """IN_DOUBT with the reason; its plan action stays ONGOING with the same reason."""
-    store.step_finished(store.step_started(m.id, "in_doubt"), ok=False, detail=reason)
+    store.migrations.step_finished(store.migrations.step_started(m.id, "in_doubt"), ok=False, detail=reason)
     if m.action_id is not None:
-        store.set_action_state(m.action_id, ACTION_STATE[MigrationState.IN_DOUBT], reason)
+        store.plans.set_action_state(m.action_id, ACTION_STATE[MigrationState.IN_DOUBT], reason)
 
 
 def _describe(exc: BaseException) -> str:

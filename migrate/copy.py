@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.errors import NodeError
-from orchestrator.model import NodeSpec
-from orchestrator.remote import SshPool
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import NodeSpec
+from peakpack.orchestrator.remote import SshPool
 
 #: a peer that stops answering ends the copy within seconds (ServerAlive) instead of TCP's minutes
 PEER_SSH = ('ssh ${PEAKPACK_PEER_IDENTITY:+-i $PEAKPACK_PEER_IDENTITY} '

@@ -9,12 +9,12 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from db.store import Store
-from orchestrator.errors import NodeError
-from orchestrator.model import Container, ContainerClass
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import Container, ContainerClass
 
-from orchestrator.remote import SshPool
-from orchestrator.remote.engine import EnginePool
+from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.docker_api import EnginePool
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ async def node_cpus(ssh: SshPool, node: str) -> list[Cpu]:
     return parse_lscpu(node, res.stdout)
 
 
-async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Store, node: str,
+async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Journal, node: str,
                         containers: list[Container]) -> dict[str, str]:
     """Set every container's cpuset on `node`; returns only those that changed."""
     current: dict[str, str] = {}
@@ -123,6 +123,6 @@ async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Store, node: s
         if name not in current or current[name] == want:
             continue
         await engines.call(node, lambda api, n=name, w=want: api.update_container(n, cpuset_cpus=w))
-        store.record_pinning(node, name, want)
+        store.pinning.record(node, name, want)
         changed[name] = want
     return changed

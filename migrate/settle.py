@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from db.store import MigrationState
-from orchestrator.errors import NodeError, PeakpackError
-from orchestrator.remote import SshPool
-from orchestrator.remote.engine import EngineAPIError, EnginePool
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from .resolve import Copy, Decision, Move, Side, decide
 
@@ -38,7 +38,7 @@ PROCESSES_ARGV = ["sh", "-c", "readlink /proc/self/ns/net && exec ps -e -ww -o n
 
 
 @dataclass(frozen=True)
-class Facts:
+class MigrationFacts:
     """What the migration needs to settle that the nodes may no longer show; journaled (as the
     preflight step's detail) before anything changes."""
 
@@ -50,7 +50,7 @@ class Facts:
         return json.dumps(asdict(self))
 
     @classmethod
-    def loads(cls, text: str | None) -> "Facts | None":
+    def loads(cls, text: str | None) -> "MigrationFacts | None":
         try:
             d = json.loads(text or "")
             return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")))
@@ -101,7 +101,7 @@ class Settler:
     source: str
     target: str
     migration_id: int
-    facts: Facts
+    facts: MigrationFacts
     bmc_power: PowerProbe | None = None
     restore_timeout: float = 900.0
     notes: list[str] = field(default_factory=list)

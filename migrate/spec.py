@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import NodeError
+from peakpack.orchestrator.domain.errors import NodeError
 
 #: label an operator sets to keep a container where it is
 OPT_OUT_LABEL = "peakpack.migrate"
@@ -235,7 +235,7 @@ def refused_targets(d: Inspect, node: str, facts: Mapping[str, NodeFacts]) -> tu
                  if t != node and (why := why_not_onto(d, facts[node], there, t)) is not None)
 
 
-def port_clashes(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:
+def ports_in_use(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:
     """Published ports of `d` that a container on the target already publishes."""
     taken = {p for other in on_target for p in published_ports(other)}
     return [p for p in published_ports(d) if p in taken]

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from db.store import EnergyRow, EnergySample
-from orchestrator.model import PowerCurve
+from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
+from peakpack.orchestrator.domain.model import PowerCurve
 
 from .rapl import counter_delta_uj, restarted
 

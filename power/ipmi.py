@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from orchestrator.errors import PowerError
-from orchestrator.model import BmcConfig, Inventory, NodeSpec
+from peakpack.orchestrator.domain.errors import PowerError
+from peakpack.orchestrator.domain.model import BmcConfig, Inventory, NodeSpec
 
 
 class Chassis(StrEnum):

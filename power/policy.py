@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from orchestrator.model import ClusterSnapshot, Inventory, cluster_metrics
-from orchestrator.plan import ActionKind, Plan, PlanError, replay
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, cluster_metrics
+from peakpack.orchestrator.domain.plan import ActionKind, Plan, PlanError, replay
 
 
 def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory,

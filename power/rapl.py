@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.errors import NodeError
+from peakpack.orchestrator.domain.errors import NodeError
 
 #: prints "boot BOOT_ID", "busy NS" (CPU time the node spent not idle) and "zone energy_uj
 #: max_energy_range_uj" for every package zone (no zone line when there is no counter)

@@ -16,19 +16,27 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from db.store import EnergyRow, EnergySample, Store
-from orchestrator.demand import measured_cores
-from orchestrator.errors import NodeError
-from orchestrator.model import ClusterSnapshot, Inventory, node_loads
-from orchestrator.remote import RemoteShell
+from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.decide.demand import measured_cores
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, node_loads
+from peakpack.orchestrator.remote.shell import RemoteShell
 
 from . import ipmi
-from .accounting import IDLE_LOOKBACK, integrate_power, integrate_rapl, kepler_split, model_energy, split_idle_w
+from .accounting import (
+    IDLE_LOOKBACK,
+    integrate_power,
+    integrate_rapl,
+    kepler_split,
+    model_energy,
+    split_idle_w,
+)
 from .rapl import READ_SCRIPT, NodeCounters, parse_node_counters, parse_zones, restarted
 
 
 class EnergySampler:
-    def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None]) -> None:
+    def __init__(self, inventory: Inventory, store: Journal, shell: RemoteShell, log: Callable[[str], None]) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
         self.last_model: dict[str, datetime] = {}
         #: each node's rows of the last IDLE_LOOKBACK, from which `split_idle_w` learns its idle;
@@ -58,8 +66,8 @@ class EnergySampler:
         has one), None without a comparable one; stores this read for the next interval."""
         if counters.busy_ns is None:
             return None
-        previous = self.store.energy_samples(node, "busy", since=window)[-1:]
-        self.store.add_energy_samples([EnergySample(node, now, "busy", boot_id=counters.boot_id,
+        previous = self.store.energy.samples(node, "busy", since=window)[-1:]
+        self.store.energy.add_samples([EnergySample(node, now, "busy", boot_id=counters.boot_id,
                                                     busy_ns=counters.busy_ns)])
         if not previous or previous[0].busy_ns is None:
             return None
@@ -72,7 +80,7 @@ class EnergySampler:
     def _container_cores(self, node: str, since: datetime, window: datetime) -> dict[str, float]:
         """Cores of each container on `node` from the counters of its two newest demand rows, if
         the newest ends within the interval (the observation just before this sample)."""
-        return measured_cores(self.store.demand_history(since=window), node, since)
+        return measured_cores(self.store.demand.history(since=window), node, since)
 
     def sample(self, snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
         powered = [n.name for n in snapshot.nodes if n.powered]
@@ -91,7 +99,7 @@ class EnergySampler:
             row: EnergyRow | None = None
             if samples:
                 previous = self._latest(node, window)
-                self.store.add_energy_samples(samples)
+                self.store.energy.add_samples(samples)
                 if previous:
                     row = integrate_rapl(node, previous + samples, plan_id)
                     if row is None:
@@ -106,7 +114,7 @@ class EnergySampler:
                 rows.extend(kepler_split(row, idle_w, busy, self._container_cores(node, row.start, window)))
                 history.append(row)
         if rows:
-            self.store.add_energy(rows)
+            self.store.energy.add(rows)
         return rows
 
     def _history(self, node: str, now: datetime) -> list[EnergyRow]:
@@ -114,14 +122,14 @@ class EnergySampler:
         reads them from the store)."""
         if self._recent is None:
             self._recent = defaultdict(list)
-            for r in self.store.list_energy(since=now - IDLE_LOOKBACK):
+            for r in self.store.energy.history(since=now - IDLE_LOOKBACK):
                 self._recent[r.node].append(r)
         self._recent[node] = [r for r in self._recent[node] if r.end >= now - IDLE_LOOKBACK]
         return self._recent[node]
 
     def _latest(self, node: str, since: datetime) -> list[EnergySample]:
         by_zone: dict[str, EnergySample] = {}
-        for s in self.store.energy_samples(node, "rapl", since=since):
+        for s in self.store.energy.samples(node, "rapl", since=since):
             by_zone[s.zone] = s
         return list(by_zone.values())
 
@@ -130,9 +138,9 @@ class EnergySampler:
         spec = self.inventory.node(node)
         watts = ipmi.dcmi_power(spec) if spec.bmc else None
         if watts is not None:
-            previous = self.store.energy_samples(node, "dcmi", since=window)[-1:]
+            previous = self.store.energy.samples(node, "dcmi", since=window)[-1:]
             sample = EnergySample(node, now, "dcmi", power_w=watts)
-            self.store.add_energy_samples([sample])
+            self.store.energy.add_samples([sample])
             return integrate_power(node, previous + [sample], plan_id)
         start = self.last_model.get(node)
         self.last_model[node] = now

@@ -2,6 +2,7 @@
 alike: `ssh` (asyncssh pool with pinned host keys, argv joined with shlex.join) is the one module
 that imports asyncssh."""
 
-from .ssh import CommandResult, RemoteShell, SshPool
+from .ssh import CommandResult, SshPool
+from .shell import RemoteShell
 
 __all__ = ["CommandResult", "RemoteShell", "SshPool"]

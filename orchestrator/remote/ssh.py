@@ -6,27 +6,22 @@ never a prompt or a silent accept. Commands are argv lists joined with shlex.joi
 retried a bounded number of times; a command is never run twice: once it may have started, a
 lost connection or a timeout is `OutcomeUnknown`, and callers check the facts before acting.
 
-`RemoteShell` is the synchronous facade for the CLI and the controller: it owns an event loop in
-a background thread, so callers can also run many commands concurrently with `gather`.
+`shell.RemoteShell` is the synchronous facade over this pool and the Engine API pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shlex
-import threading
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TypeVar
 
 import asyncssh
 
-from orchestrator.errors import HostKeyError, NodeError, OutcomeUnknown
-from orchestrator.model import Inventory, NodeSpec, SshConfig
-
-if TYPE_CHECKING:
-    from .engine import EnginePool
+from ..domain.errors import HostKeyError, NodeError, OutcomeUnknown
+from ..domain.model import Inventory
+from .login import pinned_login
 
 T = TypeVar("T")
 
@@ -40,18 +35,6 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_status == 0
-
-
-def pinned_login(inventory: Inventory, node: str) -> tuple[NodeSpec, SshConfig]:
-    """The node and its SSH settings, refused before any connection when there is no pinned host
-    key to check it against (both transports, asyncssh and the docker SDK's, start here)."""
-    try:
-        spec = inventory.node(node)
-    except KeyError:
-        raise NodeError(node, "not in the inventory") from None
-    if spec.ssh is None or spec.ssh.known_hosts is None:
-        raise NodeError(node, "no [nodes.ssh] known_hosts in the inventory; add the node's pinned host key")
-    return spec, spec.ssh
 
 
 class SshPool:
@@ -144,55 +127,6 @@ class SshPool:
         for conn in list(self._conns.values()):
             await conn.wait_closed()
         self._conns.clear()
-
-
-class RemoteShell:
-    """Synchronous access to an SshPool running on its own event loop thread, and to the nodes'
-    Engine APIs (`engines`) for the callers that need them."""
-
-    def __init__(self, inventory: Inventory, **kw: Any) -> None:
-        self.inventory = inventory
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="peakpack-ssh", daemon=True)
-        self._thread.start()
-        self.pool = SshPool(inventory, **kw)
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def run(self, node: str, argv: Sequence[str], **kw: Any) -> CommandResult:
-        return self.call(self.pool.run(node, argv, **kw))
-
-    def gather(self, calls: Sequence[Awaitable[T]]) -> list[T | BaseException]:
-        async def all_of() -> list[T | BaseException]:
-            return await asyncio.gather(*calls, return_exceptions=True)
-
-        return self.call(all_of())
-
-    @cached_property
-    def engines(self) -> "EnginePool":
-        from .engine import EnginePool  # the docker SDK loads only for callers that use it
-
-        return EnginePool(self.inventory)
-
-    def forget(self, node: str) -> None:
-        self.loop.call_soon_threadsafe(self.pool.forget, node)
-        if "engines" in self.__dict__:
-            self.engines.forget(node)
-
-    def close(self) -> None:
-        if "engines" in self.__dict__:
-            self.engines.close()
-        if self.loop.is_running():
-            self.call(self.pool.close(), timeout=10)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "RemoteShell":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def _text(data: object) -> str:

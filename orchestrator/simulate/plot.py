@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .engine import SimResult  # noqa: E402
+from .loop import SimResult  # noqa: E402
 
 
 def plot_run(result: SimResult, step_seconds: int, path: Path) -> Path:

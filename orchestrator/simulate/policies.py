@@ -17,16 +17,15 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from ..capacity import capacity, within
-from ..errors import PeakpackError
-from ..model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
-from ..plan import ActionKind
-from ..forecast import forecast, window_epochs
-from ..planner.rules import Facts
-from ..planning import make_plan
-from ..settings import PlannerSettings
-from .engine import SimState
-from .registry import POLICIES, get_sim_policy  # noqa: F401  (by name, for bench/ and the tests)
+from ..domain.capacity import capacity, within
+from ..domain.errors import PeakpackError
+from ..domain.model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
+from ..domain.plan import ActionKind
+from ..decide.forecast import forecast, window_epochs
+from ..decide.planner.rules import Remembered
+from ..decide.solve import make_plan
+from ..domain.settings import PlannerSettings
+from .loop import SimState
 from .scenario import Scenario
 
 #: planner units: cpus are counts of 10 MIPS, so heterogeneous hosts fit the planner's model
@@ -211,7 +210,7 @@ class PlannerPolicy:
     planner: str = "peakpack"
     settings: PlannerSettings = field(default_factory=PlannerSettings)
     _inventory: Inventory | None = field(default=None, init=False, repr=False)
-    _facts: Facts = field(default_factory=Facts, init=False, repr=False)
+    _facts: Remembered = field(default_factory=Remembered, init=False, repr=False)
 
     @property
     def cap(self) -> float:
@@ -281,7 +280,7 @@ class PlannerPolicy:
                 moved[a.container] = now
             elif a.kind is ActionKind.POWER_ON and a.node:
                 woken[a.node] = now
-        self._facts = Facts(woken_at=woken, moved_at=moved)
+        self._facts = Remembered(woken_at=woken, moved_at=moved)
         return moves
 
 

@@ -10,7 +10,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import PeakpackError
+from ..domain.errors import PeakpackError
 
 
 def _policies() -> types.ModuleType:

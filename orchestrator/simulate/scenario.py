@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PeakpackError
-from ..model import PowerCurve
+from ..domain.errors import PeakpackError
+from ..domain.model import PowerCurve
 
 G4 = PowerCurve((86, 89.4, 92.6, 96, 99.5, 102, 106, 108, 112, 114, 117))
 G5 = PowerCurve((93.7, 97, 101, 105, 110, 116, 121, 125, 129, 133, 135))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
-from lab.node import docker, powered, start_node
+from peakpack.lab import Lab
+from peakpack.lab.node import docker, powered, start_node
 
 
 @pytest.fixture(scope="session")

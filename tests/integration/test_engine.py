@@ -13,12 +13,12 @@ from typing import Any
 import docker
 import pytest
 
-from lab import Lab
-from lab.image import LAB_IMAGE
-from lab.node import start_node, stop_node
-from orchestrator.config import load_inventory
-from orchestrator.errors import HostKeyError, NodeError
-from orchestrator.remote.engine import (
+from peakpack.lab import Lab
+from peakpack.lab.image import LAB_IMAGE
+from peakpack.lab.node import start_node, stop_node
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.errors import HostKeyError, NodeError
+from peakpack.orchestrator.remote.docker_api import (
     EngineAPIError,
     EngineNotFound,
     EnginePool,

@@ -17,16 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from db.store import MigrationState, Store
-from lab import Lab
-from lab.faults import Fault
-from lab.node import start_node, stop_node
-from migrate.batch import reconcile_migrations
-from migrate.handler import Migration
-from migrate.settle import PROCESSES_ARGV, in_flight
-from orchestrator.config import load_inventory
-from orchestrator.remote import RemoteShell
-from power.ipmi import power_probe
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.lab import Lab
+from peakpack.lab.faults import Fault
+from peakpack.lab.node import start_node, stop_node
+from peakpack.migrate.batch import reconcile_migrations
+from peakpack.migrate.transaction import Migration
+from peakpack.migrate.settle import PROCESSES_ARGV, in_flight
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.remote.shell import RemoteShell
+from peakpack.power.ipmi import power_probe
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -77,10 +78,10 @@ def settle(lab: Lab, db: Path) -> None:
     with RemoteShell(inv) as shell, Store.open(f"sqlite:///{db}") as store:
         for _ in range(3):  # a node just back may need a moment before it answers everything
             shell.call(reconcile_migrations(shell.pool, shell.engines, store, power_probe(inv)))
-            if not store.unfinished_migrations():
+            if not store.migrations.unfinished():
                 return
             time.sleep(3)
-        pytest.fail(f"still unsettled: {store.unfinished_migrations()}")
+        pytest.fail(f"still unsettled: {store.migrations.unfinished()}")
 
 
 def assert_exactly_once(lab: Lab, db: Path, before: tuple[int, int], state_survives: bool = True) -> MigrationState:
@@ -92,7 +93,7 @@ def assert_exactly_once(lab: Lab, db: Path, before: tuple[int, int], state_survi
     restart = lab.exec(next(iter(where)), ["docker", "inspect", "-f", "{{.HostConfig.RestartPolicy.Name}}", NAME])
     assert restart.stdout.strip() == "unless-stopped"  # the operator's policy is back on the survivor
     with Store.open(f"sqlite:///{db}") as store:
-        [m] = store.list_migrations()
+        [m] = store.migrations.history()
     assert m.state in (MigrationState.SUCCEEDED, MigrationState.ROLLED_BACK, MigrationState.FAILED), m
     return m.state
 
@@ -153,7 +154,7 @@ def test_power_cut_at_a_step(clean_lab: Lab, tmp_path: Path, side: str, step: st
 
 KILLED_AT = textwrap.dedent("""
     import os, signal, sys
-    from db.store import Store
+    from peakpack.db.store import Store
     from migrate.handler import Migration
     from orchestrator.config import load_inventory
     from orchestrator.remote import RemoteShell
@@ -177,8 +178,8 @@ def test_controller_killed_at_a_step_is_settled_by_reconcile(clean_lab: Lab, tmp
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr
     with Store.open(f"sqlite:///{db}") as store:
-        assert [m.container for m in store.unfinished_migrations()] == [NAME]
-    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "reconcile", "--inventory",
+        assert [m.container for m in store.migrations.unfinished()] == [NAME]
+    out = subprocess.run([sys.executable, "-m", "peakpack", "reconcile", "--inventory",
                           str(lab.inventory_path), "--db", f"sqlite:///{db}"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
@@ -227,7 +228,7 @@ def test_a_node_that_cannot_be_observed_is_held_and_the_rest_planned(clean_lab: 
                                "peakpack.cpu=0.2", "--label", "peakpack.memory_mb=32", IMAGE, "sleep", "3600"])
     lab.fault("node-3", Fault.PARTITION)
     try:
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--inventory", str(lab.inventory_path),
+        proc = subprocess.run([sys.executable, "-m", "peakpack", "plan", "--inventory", str(lab.inventory_path),
                                "--json", "--time-limit", "2", "--db", f"sqlite:///{tmp_path / 'pp.db'}"],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
     finally:

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from lab import Fault, Lab
-from lab.lab import CRIU_RUNC_CONF, ensure_criu_config
-from lab.node import LabError, cgroup_pids
-from orchestrator.config import load_inventory
+from peakpack.lab import Fault, Lab
+from peakpack.lab.lab import CRIU_RUNC_CONF, ensure_criu_config
+from peakpack.lab.node import LabError, cgroup_pids
+from peakpack.orchestrator.domain.config import load_inventory
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
 def peakpack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "peakpack", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=600)
     assert not check or proc.returncode == 0, proc.stderr
     return proc

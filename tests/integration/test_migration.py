@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from db.store import MigrationState, Store
-from migrate.handler import Migration
-from lab import Lab
-from orchestrator.remote import RemoteShell
-from orchestrator.config import load_inventory
-from orchestrator.errors import HostKeyError
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.migrate.transaction import Migration
+from peakpack.lab import Lab
+from peakpack.orchestrator.remote.shell import RemoteShell
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.errors import HostKeyError
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done"
 
 
 def peakpack(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--db", f"sqlite:///{db}"],
+    return subprocess.run([sys.executable, "-m", "peakpack", *args, "--db", f"sqlite:///{db}"],
                           capture_output=True, text=True, cwd=REPO, timeout=600)
 
 

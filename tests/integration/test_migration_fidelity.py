@@ -23,13 +23,15 @@ from typing import Any
 
 import pytest
 
-from db.store import MigrationState, Store
-from lab import Lab
-from migrate.handler import Migration
-from migrate.settle import checkpoint_name
-from orchestrator.config import load_inventory
-from orchestrator.observe import observe_cluster
-from orchestrator.remote import RemoteShell
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.lab import Lab
+from peakpack.migrate.transaction import Migration
+from peakpack.migrate.settle import checkpoint_name
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.observe.cluster import observe_cluster
+from peakpack.power.ipmi import power_probe
+from peakpack.orchestrator.remote.shell import RemoteShell
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +53,7 @@ SETTINGS = ("--cap-add", "NET_ADMIN", "--ulimit", "nofile=1024:2048", "--tmpfs",
 
 
 def peakpack(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--db", f"sqlite:///{db}"],
+    return subprocess.run([sys.executable, "-m", "peakpack", *args, "--db", f"sqlite:///{db}"],
                           capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
@@ -112,7 +114,7 @@ def test_a_service_container_moves_with_everything_it_has(clean_lab: Lab, tmp_pa
     with RemoteShell(inv) as shell, Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
         result = shell.call(Migration(shell.pool, shell.engines, store, inv, "web", "node-1", "node-2",
                                       hook=write_at_the_last_moment).run())
-        steps = {s.step: s for s in store.migration_steps(result.migration_id)}
+        steps = {s.step: s for s in store.migrations.steps(result.migration_id)}
     assert result.state is MigrationState.SUCCEEDED, result.reason
     assert steps["precopy"].bytes and steps["transferring"].bytes
 
@@ -220,7 +222,8 @@ def test_what_cannot_move_is_refused_and_never_planned(clean_lab: Lab, tmp_path:
     sh(lab, "node-2", "docker", "volume", "create", "dupe")
     sh(lab, "node-1", "docker", "run", "-d", "--name", "mover", "-v", "dupe:/d", "--label", "peakpack.cpu=0.1",
        "--label", "peakpack.memory_mb=16", IMAGE, "sleep", "3600")
-    [mover] = [c for c in observe_cluster(load_inventory(lab.inventory_path)).containers if c.name == "mover"]
+    inv = load_inventory(lab.inventory_path)
+    [mover] = [c for c in observe_cluster(inv, power_probe(inv)).containers if c.name == "mover"]
     assert mover.immovable is None and [n for n, _ in mover.refused_on] == ["node-2"]
     assert "volume dupe already exists on node-2; remove it there first" in mover.refused_on[0][1]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
-from lab.node import powered
+from peakpack.lab import Lab
+from peakpack.lab.node import powered
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done"
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--db", f"sqlite:///{db}"],
+    return subprocess.run([sys.executable, "-m", "peakpack", *args, "--db", f"sqlite:///{db}"],
                           capture_output=True, text=True, cwd=REPO, timeout=900)
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from db.store import Store
-from lab import Lab
-from orchestrator.demand import forecast_demand
-from orchestrator.model import ClusterSnapshot, Container, NodeState
-from orchestrator.cli.common import load_inventory
+from peakpack.db.store import Store
+from peakpack.lab import Lab
+from peakpack.orchestrator.decide.demand import forecast_demand
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Container, NodeState
+from peakpack.orchestrator.faces.cli.common import load_inventory
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ WORKER = "while :; do if [ -e /tmp/busy ]; then :; else sleep 0.2; fi; done"
 
 
 def history(url: str, *args: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "history", *args, "--json", "--db", url],
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "history", *args, "--json", "--db", url],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -42,7 +42,7 @@ def wait_for_plans(url: str, n: int, proc: subprocess.Popen[str], log: Path, tim
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
         with Store.open(url) as store:
-            if len(store.list_plans()) >= n:
+            if len(store.plans.history()) >= n:
                 return
         time.sleep(0.5)
     raise AssertionError(f"serve stored fewer than {n} plans in {timeout} s:\n{log.read_text()[-3000:]}")
@@ -57,7 +57,7 @@ def test_three_epochs_of_serve_record_demand_plan_on_its_forecast_and_label_ener
     lab.rapl_counter("node-3", False)  # a node without an energy counter
     try:
         with log.open("w") as out:
-            serve = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--inventory",
+            serve = subprocess.Popen([sys.executable, "-m", "peakpack", "serve", "--inventory",
                                       str(lab.inventory_path), "--db", url, "--epoch-seconds", str(EPOCH)],
                                      stdout=out, stderr=subprocess.STDOUT, text=True, cwd=REPO)
             try:
@@ -86,9 +86,9 @@ def test_three_epochs_of_serve_record_demand_plan_on_its_forecast_and_label_ener
     # stored) on the forecast of the history stored before it; history shows what each used
     settings = load_inventory(lab.inventory_path).planner.forecast
     with Store.open(url) as store:
-        stored = store.demand_history()
-        plans = store.list_plans()
-        snapshots = [store.plan_snapshot(p.plan_id) for p in plans]
+        stored = store.demand.history()
+        plans = store.plans.history()
+        snapshots = [store.plans.snapshot(p.plan_id) for p in plans]
     assert all(p.policy == "peakpack" for p in plans), [p.policy for p in plans]
     shown = {r["plan_id"]: r["forecast"] for r in rows if r["plan_id"] is not None}
     used = [next(c["cpu"] for c in snap["containers"] if c["name"] == "worker") for snap in snapshots]

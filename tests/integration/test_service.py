@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
-from lab.node import powered
+from peakpack.lab import Lab
+from peakpack.lab.node import powered
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done"
 
 
 def serve(lab: Lab, db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "serve", "--inventory", str(lab.inventory_path),
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "serve", "--inventory", str(lab.inventory_path),
                            "--db", f"sqlite:///{db}", "--time-limit", "5", *args],
                           capture_output=True, text=True, cwd=REPO, timeout=900)
     assert not check or proc.returncode == 0, proc.stderr
@@ -31,7 +31,7 @@ def serve(lab: Lab, db: Path, *args: str, check: bool = True) -> subprocess.Comp
 
 
 def history(db: Path, kind: str, *extra: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "history", kind, *extra, "--json",
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "history", kind, *extra, "--json",
                            "--db", f"sqlite:///{db}"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -123,7 +123,7 @@ def test_consolidate_power_off_then_wake_under_load(clean_lab: Lab, tmp_path: Pa
 def test_killed_mid_migration_then_restarted_leaves_everything_running_once(clean_lab: Lab, tmp_path: Path) -> None:
     lab, db = clean_lab, tmp_path / "pp.db"
     before = spread_thinly(lab)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--inventory", str(lab.inventory_path),
+    proc = subprocess.Popen([sys.executable, "-m", "peakpack", "serve", "--inventory", str(lab.inventory_path),
                              "--db", f"sqlite:///{db}", "--time-limit", "5", "--epoch-seconds", "3600"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mid_flight = ("CHECKPOINTING", "TRANSFERRING", "RESTORING")

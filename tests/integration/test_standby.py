@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from db.store import MigrationState, Store
-from lab import Lab
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.lab import Lab
 from tests.support.postgres import postgres_server
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ IN_FLIGHT = {MigrationState.CREATING, MigrationState.PRECOPY, MigrationState.CHE
 
 def serve(lab: Lab, url: str, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--inventory",
+        return subprocess.Popen([sys.executable, "-m", "peakpack", "serve", "--inventory",
                                  str(lab.inventory_path), "--epoch-seconds", str(EPOCH), "--lease-ttl", "6",
                                  "--time-limit", "2", "--db", url], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
@@ -67,16 +68,16 @@ def test_standby_settles_the_migration_a_killed_leader_left(clean_lab: Lab, tmp_
         try:
             with Store.open(url) as store:
                 deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and not any(m.state in IN_FLIGHT for m in store.list_migrations()):
+                while time.monotonic() < deadline and not any(m.state in IN_FLIGHT for m in store.migrations.history()):
                     time.sleep(0.05)
-                caught = [m for m in store.list_migrations() if m.state in IN_FLIGHT]
+                caught = [m for m in store.migrations.history() if m.state in IN_FLIGHT]
                 assert caught, (tmp_path / "leader.log").read_text()
                 os.kill(leader.pid, signal.SIGKILL)
                 killed_at = time.monotonic()
                 leader.wait(10)
                 settled = False
                 while time.monotonic() < killed_at + 2 * EPOCH + 6:
-                    m = next(x for x in store.list_migrations() if x.id == caught[0].id)
+                    m = next(x for x in store.migrations.history() if x.id == caught[0].id)
                     if m.state.terminal:
                         settled = True
                         break
@@ -87,7 +88,7 @@ def test_standby_settles_the_migration_a_killed_leader_left(clean_lab: Lab, tmp_
                 assert m.state in (MigrationState.SUCCEEDED, MigrationState.ROLLED_BACK, MigrationState.FAILED), m
                 assert "took over" in log and f"migration {caught[0].id}" in log
                 time.sleep(2)
-                runs = Counter(m.action_id for m in store.list_migrations() if m.action_id is not None)
+                runs = Counter(m.action_id for m in store.migrations.history() if m.action_id is not None)
                 assert all(n == 1 for n in runs.values()), runs  # no action ran twice
         finally:
             for proc in (leader, standby):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
+from peakpack.lab import Lab
 from tests.integration.test_service import REPO, history, planned_cpu, serve, spread_thinly, start, where
 from tests.support.browser import Browser
 
@@ -51,7 +51,7 @@ def approve(browser: Browser, plan_id: int) -> None:
 def web_page(clean_lab: Lab, tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     """`peakpack web` on a fresh store (URL, store file, inventory); stopped afterwards."""
     db, inventory = tmp_path / "pp.db", web_inventory(clean_lab)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "web", "--db", f"sqlite:///{db}",
+    proc = subprocess.Popen([sys.executable, "-m", "peakpack", "web", "--db", f"sqlite:///{db}",
                              "--inventory", str(inventory), "--http-port", "0"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
@@ -73,7 +73,7 @@ def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(clean_lab: Lab
     # new containers plan on their labels: 1.5 cores is over the cap, the next plan wakes a node
     start(lab, host, "burst-1", 0.75)
     start(lab, host, "burst-2", 0.75)
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--inventory", str(inventory),
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "plan", "--inventory", str(inventory),
                            "--db", f"sqlite:///{db}", "--time-limit", "5", "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -120,7 +120,7 @@ def test_serve_approve_leaves_the_plan_to_the_page_and_the_controller_applies_it
     lab, db, log = clean_lab, tmp_path / "pp.db", tmp_path / "serve.log"
     spread_thinly(lab)
     with log.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--inventory", str(web_inventory(lab)),
+        proc = subprocess.Popen([sys.executable, "-m", "peakpack", "serve", "--inventory", str(web_inventory(lab)),
                                  "--db", f"sqlite:///{db}", "--time-limit", "5", "--epoch-seconds", "3600",
                                  "--approve", "--http-port", "0"], cwd=REPO, stderr=stderr)
     try:

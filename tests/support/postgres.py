@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from db.store import Store
+    from peakpack.db.store import Store
 
 
 def postgres_bin() -> Path | None:
@@ -55,7 +55,7 @@ def postgres_server() -> Iterator[str]:
 
 def drop_schema(store: Store) -> None:
     """Empty a server for the next test: every table and alembic's version row."""
-    from db.schema import Base
+    from peakpack.db.schema import Base
 
     Base.metadata.drop_all(store.engine)
     with store.engine.begin() as c:

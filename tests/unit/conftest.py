@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from db.store import Store
+from peakpack.db.store import Store
 from tests.support.postgres import drop_schema, postgres_server
 
 

@@ -18,7 +18,7 @@ SNAPSHOT = REPO / "inventory" / "demo-snapshot.json"
 
 def run(*args: str, db: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PEAKPACK_DB": f"sqlite:///{db}", "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "peakpack", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=300)
     assert not check or proc.returncode == 0, proc.stderr
     return proc

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from db.records import ActionState, PlanStatus
-from db.store import Store
-from orchestrator.apply import apply_plan, settle_orphans
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.controller import Controller, ControllerSettings
-from orchestrator.errors import PlanError
-from orchestrator.model import ClusterSnapshot
-from orchestrator.plan import ActionKind
+from peakpack.orchestrator.domain.states import ActionState, PlanStatus
+from peakpack.db.store import Store
+from peakpack.orchestrator.act.apply import apply_plan
+from peakpack.orchestrator.act.epoch import settle_orphans
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.act.controller import Controller, ControllerSettings
+from peakpack.orchestrator.domain.errors import PlanError
+from peakpack.orchestrator.domain.model import ClusterSnapshot
+from peakpack.orchestrator.domain.plan import ActionKind
 from tests.unit.test_plan_executor import fake_services
 
 INV = demo_inventory()
@@ -36,15 +37,15 @@ def recommended(store: Store) -> int:
     plan = Controller(INV, store, ControllerSettings(dry_run=False, approve=True, time_limit_s=5),
                       services=services).run_once()
     assert services.ops.calls == []  # type: ignore[attr-defined]
-    assert store.get_plan(plan.plan_id).status is PlanStatus.RECOMMENDED
-    assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.PENDING}
+    assert store.plans.get(plan.plan_id).status is PlanStatus.RECOMMENDED
+    assert {a.state for a in store.plans.actions(plan_id=plan.plan_id)} == {ActionState.PENDING}
     return plan.plan_id  # type: ignore[return-value]
 
 
 def test_auto_mode_applies_at_once(store: Store) -> None:
     plan = Controller(INV, store, ControllerSettings(dry_run=False, time_limit_s=5),
                       services=fake_services(store, SNAP, [])).run_once()
-    assert store.get_plan(plan.plan_id).status is PlanStatus.APPLIED
+    assert store.plans.get(plan.plan_id).status is PlanStatus.APPLIED
 
 
 def test_an_approved_plan_runs_exactly_as_stored(store: Store) -> None:
@@ -52,11 +53,11 @@ def test_an_approved_plan_runs_exactly_as_stored(store: Store) -> None:
     services = fake_services(store, SNAP, [])
     result = apply_plan(store, INV, pid, partial=False, decided_by="cli:test", services=services)
     assert result.status is PlanStatus.APPLIED and not result.review.drifted
-    stored = store.list_actions(plan_id=pid)
+    stored = store.plans.actions(plan_id=pid)
     moved = [c for kind, c in services.ops.calls if kind == "migrate"]  # type: ignore[attr-defined]
     assert moved == [a.container for a in stored if a.kind == ActionKind.MIGRATE.value]
     assert {a.state for a in stored} == {ActionState.SUCCEEDED}
-    rec = store.get_plan(pid)
+    rec = store.plans.get(pid)
     assert rec.status is PlanStatus.APPLIED and rec.decided_by == "cli:test"
     with pytest.raises(PlanError, match=f"plan {pid} is already APPLIED by cli:test"):
         apply_plan(store, INV, pid, partial=False, decided_by="cli:test", services=services)
@@ -64,7 +65,7 @@ def test_an_approved_plan_runs_exactly_as_stored(store: Store) -> None:
 
 def drifted(store: Store, pid: int) -> tuple[str, ClusterSnapshot]:
     """The fresh cluster without the container the plan moves first."""
-    first = next(a for a in store.list_actions(plan_id=pid) if a.kind == ActionKind.MIGRATE.value)
+    first = next(a for a in store.plans.actions(plan_id=pid) if a.kind == ActionKind.MIGRATE.value)
     assert first.container is not None
     return first.container, replace(SNAP, containers=tuple(c for c in SNAP.containers if c.name != first.container))
 
@@ -76,8 +77,8 @@ def test_a_drifted_plan_is_refused_whole_and_nothing_runs(store: Store) -> None:
     with pytest.raises(PlanError, match=rf"^PLAN_ID: plan {pid} no longer holds: #\d+ migrate {gone}: .*--partial"):
         apply_plan(store, INV, pid, partial=False, decided_by="cli:test", services=services)
     assert services.ops.calls == []  # type: ignore[attr-defined]
-    assert store.get_plan(pid).status is PlanStatus.RECOMMENDED
-    assert {a.state for a in store.list_actions(plan_id=pid)} == {ActionState.PENDING}
+    assert store.plans.get(pid).status is PlanStatus.RECOMMENDED
+    assert {a.state for a in store.plans.actions(plan_id=pid)} == {ActionState.PENDING}
 
 
 def test_partial_runs_the_rest_and_journals_what_it_skipped(store: Store) -> None:
@@ -89,18 +90,18 @@ def test_partial_runs_the_rest_and_journals_what_it_skipped(store: Store) -> Non
     assert [c.action.container for c in result.review.skipped] == [gone]
     moved = [c for kind, c in services.ops.calls if kind == "migrate"]  # type: ignore[attr-defined]
     assert gone not in moved and moved
-    skipped = [a for a in store.list_actions(plan_id=pid) if a.state is ActionState.SKIPPED]
+    skipped = [a for a in store.plans.actions(plan_id=pid) if a.state is ActionState.SKIPPED]
     assert [(a.container, a.detail) for a in skipped] == [(gone, "apply --partial: no such container in the snapshot")]
-    assert store.get_plan(pid).status is PlanStatus.PARTIAL
+    assert store.plans.get(pid).status is PlanStatus.PARTIAL
 
 
 def test_a_plan_left_applying_by_a_crash_is_settled_from_its_journal(store: Store) -> None:
     pid = recommended(store)
-    assert store.set_plan_status(pid, PlanStatus.APPLYING, only_from=[PlanStatus.RECOMMENDED], decided_by="cli:x")
-    first, *rest = store.list_actions(plan_id=pid)
-    store.set_action_state(first.id, ActionState.ONGOING)
+    assert store.plans.set_status(pid, PlanStatus.APPLYING, only_from=[PlanStatus.RECOMMENDED], decided_by="cli:x")
+    first, *rest = store.plans.actions(plan_id=pid)
+    store.plans.set_action_state(first.id, ActionState.ONGOING)
     assert settle_orphans(store) == []  # in doubt: reconcile must settle the action first
-    store.set_action_state(first.id, ActionState.SUCCEEDED)
+    store.plans.set_action_state(first.id, ActionState.SUCCEEDED)
     assert settle_orphans(store) == [f"plan {pid}: left APPLYING by a stopped applier, now PARTIAL"]
-    assert {a.state for a in store.list_actions(plan_id=pid)[1:]} == {ActionState.SKIPPED}
-    assert store.get_plan(pid).status is PlanStatus.PARTIAL
+    assert {a.state for a in store.plans.actions(plan_id=pid)[1:]} == {ActionState.SKIPPED}
+    assert store.plans.get(pid).status is PlanStatus.PARTIAL

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.budgets import (
+from peakpack.orchestrator.domain.budgets import (
     Allowance,
     Budgets,
     Window,
@@ -21,12 +21,12 @@ from orchestrator.budgets import (
     parse_clock,
     parse_days,
 )
-from orchestrator.model import Container
-from orchestrator.plan import ActionKind, replay
-from orchestrator.planner.build import build_plan
-from orchestrator.planner.objective import violations
-from orchestrator.planner.registry import get_policy
-from orchestrator.planner.synthetic import node, problem_from
+from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.domain.plan import ActionKind, replay
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.objective import violations
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from tests.support.synthetic import node, problem_from
 
 REPO = Path(__file__).resolve().parents[2]
 WORKDAYS = Window(parse_days("mon-fri"), parse_clock("08:00"), parse_clock("18:00"),
@@ -131,7 +131,7 @@ def test_a_window_forbids_consolidation_but_fixes_the_cap() -> None:
 def test_a_malformed_window_or_budget_is_one_line_and_exit_2(tmp_path: Path, extra: str, field: str) -> None:
     inv = tmp_path / "inv.toml"
     inv.write_text((REPO / "inventory/demo.toml").read_text() + extra)
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--inventory", str(inv),
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "plan", "--inventory", str(inv),
                            "--snapshot", str(REPO / "inventory/demo-snapshot.json"),
                            "--db", f"sqlite:///{tmp_path / 'pp.db'}"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -10,19 +10,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator import capacity
-from orchestrator.errors import PlanError
-from orchestrator.model import Container
-from orchestrator.plan import Action, SolverReport, check_capacity, replay
-from orchestrator.planner.build import build_plan
-from orchestrator.planner.cpsat import solve_nodes
-from orchestrator.planner.heuristic import start
-from orchestrator.planner.instance import Instance
-from orchestrator.planner.objective import violations
-from orchestrator.planner.packing import Packing
-from orchestrator.planner.problem import Placement, PlacementProblem
-from orchestrator.planner.registry import get_policy
-from orchestrator.planner.synthetic import node, problem_from
+from peakpack.orchestrator.domain import capacity
+from peakpack.orchestrator.domain.errors import PlanError
+from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.domain.plan import Action, SolverReport, check_capacity, replay
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.cpsat import solve_nodes
+from peakpack.orchestrator.decide.planner.heuristic import start
+from peakpack.orchestrator.decide.planner.instance import Instance
+from peakpack.orchestrator.decide.planner.objective import violations
+from peakpack.orchestrator.decide.planner.packing import Packing
+from peakpack.orchestrator.decide.planner.problem import Placement, PlacementProblem
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from tests.support.synthetic import node, problem_from
 
 #: (cpu cores, memory MB) of `c`: exactly at dst's cap in one resource, or 1e-3 above it.
 LOADS = {

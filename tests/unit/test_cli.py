@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 REPO = Path(__file__).resolve().parents[2]
-PEAKPACK = [sys.executable, "-m", "orchestrator.cli"]
+PEAKPACK = [sys.executable, "-m", "peakpack"]
 
 
 def run(*args: str, db: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -120,11 +120,11 @@ def test_serve_dry_run_plans_each_epoch_and_stops_on_sigterm(tmp_path: Path) -> 
 
 
 def test_power_status_and_clear_hand_a_quarantined_node_back(tmp_path: Path) -> None:
-    from db.store import Store
+    from peakpack.db.store import Store
 
     db = tmp_path / "pp.db"
     with Store.open(f"sqlite:///{db}") as store:
-        store.quarantine("n2", "failed to wake: BMC timeout")
+        store.power.quarantine("n2", "failed to wake: BMC timeout")
     assert json.loads(run("power", "status", "--json", db=db).stdout) == {"n2": "failed to wake: BMC timeout"}
     assert "BMC timeout" in run("power", "status", db=db).stdout
     bad = run("power", "clear", "n1", db=db, check=False)
@@ -133,4 +133,4 @@ def test_power_status_and_clear_hand_a_quarantined_node_back(tmp_path: Path) -> 
     assert "n2: cleared" in run("power", "clear", "n2", db=db).stdout
     assert json.loads(run("power", "status", "--json", db=db).stdout) == {}
     with Store.open(f"sqlite:///{db}") as store:
-        assert store.quarantined() == {}
+        assert store.power.quarantined() == {}

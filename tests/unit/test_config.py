@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import demo_inventory, demo_snapshot, load_inventory, parse_snapshot
-from orchestrator.errors import InventoryError, SnapshotError
-from orchestrator.model import NodeRole
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot, load_inventory, parse_snapshot
+from peakpack.orchestrator.domain.errors import InventoryError, SnapshotError
+from peakpack.orchestrator.domain.model import NodeRole
 
 GOOD = """
 [cluster]

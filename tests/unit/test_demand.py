@@ -11,16 +11,22 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from db.records import DemandRecord
-from db.store import Store
-from orchestrator.cli import app
-from orchestrator.config import demo_inventory
-from orchestrator.demand import cores_between, forecast_demand, history_matrix, measured_cores, with_forecasts
-from orchestrator.errors import NodeError, PeakpackError
-from orchestrator.model import ClusterSnapshot, Container, NodeState
-from orchestrator.observe import Usage, demand_records, parse_usage
-from orchestrator.planning import make_plan
-from orchestrator.settings import ForecastSettings
+from peakpack.orchestrator.domain.records import DemandRecord
+from peakpack.db.store import Store
+from peakpack.orchestrator.faces.cli import app
+from peakpack.orchestrator.domain.config import demo_inventory
+from peakpack.orchestrator.decide.demand import (
+    cores_between,
+    forecast_demand,
+    history_matrix,
+    measured_cores,
+    with_forecasts,
+)
+from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Container, NodeState
+from peakpack.orchestrator.observe.cluster import Usage, demand_records, parse_usage
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.settings import ForecastSettings
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -98,17 +104,17 @@ def test_history_demand_shows_rows_and_the_forecast_each_plan_used(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 's.db'}"
     now = datetime.now(timezone.utc)
     with Store.open(url) as store:
-        store.add_demand([row("web", now - timedelta(seconds=120), None, ns=0, source="stats", interval=None),
+        store.demand.add([row("web", now - timedelta(seconds=120), None, ns=0, source="stats", interval=None),
                           row("web", now - timedelta(seconds=60), 0.5, ns=30 * 10**9),
                           row("db", now - timedelta(seconds=60), 0.2, ns=12 * 10**9)])
-        assert store.latest_demand()["web"].cpu == 0.5
-        assert [r.cpu for r in store.demand_history("web")] == [None, 0.5]
+        assert store.demand.latest()["web"].cpu == 0.5
+        assert [r.cpu for r in store.demand.history("web")] == [None, 0.5]
         inv = demo_inventory()
         node = inv.nodes[0].name
         snap = ClusterSnapshot(nodes=tuple(NodeState(n.name) for n in inv.nodes),
                                containers=(Container("web", node, 0.45, 10),))
-        plan_id = store.save_plan(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
-        joined = with_forecasts(store.demand_history("web"), store.plan_cpus())
+        plan_id = store.plans.save(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
+        joined = with_forecasts(store.demand.history("web"), store.plans.cpus())
     assert [(r["cpu"], r["forecast"], r["plan_id"]) for r in joined] == [(None, None, None), (0.5, 0.45, plan_id)]
     result = CliRunner().invoke(app, ["history", "demand", "--container", "web", "--json", "--db", url])
     assert result.exit_code == 0, result.output
@@ -118,17 +124,17 @@ def test_history_demand_shows_rows_and_the_forecast_each_plan_used(tmp_path: Pat
 
 
 def test_the_controller_plans_on_the_forecast_and_stores_it_with_the_plan(tmp_path: Path) -> None:
-    from orchestrator.controller import Controller, ControllerSettings
+    from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     now = datetime.now(timezone.utc)
     with Store.open(url) as store:
-        store.add_demand([row("db-1", now - timedelta(seconds=s), cpu, node="node-1")
+        store.demand.add([row("db-1", now - timedelta(seconds=s), cpu, node="node-1")
                           for s, cpu in ((120, 0.2), (60, 0.4))])
         controller = Controller(demo_inventory(), store, ControllerSettings(dry_run=True, demo=True, policy="noop",
                                                                             epoch_seconds=60))
         plan = controller.run_once()
-        [db1] = [c for c in store.plan_snapshot(plan.plan_id)["containers"] if c["name"] == "db-1"]
-        [cache] = [c for c in store.plan_snapshot(plan.plan_id)["containers"] if c["name"] == "cache-2"]
+        [db1] = [c for c in store.plans.snapshot(plan.plan_id)["containers"] if c["name"] == "db-1"]
+        [cache] = [c for c in store.plans.snapshot(plan.plan_id)["containers"] if c["name"] == "cache-2"]
     assert db1["cpu"] == pytest.approx(0.3)  # the mean of its history, not the snapshot's 1.15
     assert cache["cpu"] == 1.29              # no history: as observed

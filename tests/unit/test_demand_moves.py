@@ -8,11 +8,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from db.records import DemandRecord
-from orchestrator.demand import forecast_demand
-from orchestrator.model import ClusterSnapshot, Container, NodeState
-from orchestrator.observe import Usage, demand_records
-from orchestrator.settings import ForecastSettings
+from peakpack.orchestrator.domain.records import DemandRecord
+from peakpack.orchestrator.decide.demand import forecast_demand
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Container, NodeState
+from peakpack.orchestrator.observe.cluster import Usage, demand_records
+from peakpack.orchestrator.domain.settings import ForecastSettings
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

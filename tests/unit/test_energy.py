@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from db.store import EnergySample
-from orchestrator.errors import NodeError
-from orchestrator.model import PowerCurve
-from power.accounting import integrate_power, integrate_rapl, kepler_split, model_energy
-from power.rapl import counter_delta_uj, parse_node_counters, parse_zones, restarted
+from peakpack.orchestrator.domain.records import EnergySample
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import PowerCurve
+from peakpack.power.accounting import integrate_power, integrate_rapl, kepler_split, model_energy
+from peakpack.power.rapl import counter_delta_uj, parse_node_counters, parse_zones, restarted
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -9,13 +9,21 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from db.records import EnergyRow
-from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState, PowerCurve,
-                                cluster_metrics)
-from orchestrator.plan import Action, Plan, SolverReport
-from orchestrator.predict import check_prediction, predict
-from orchestrator.settings import ForecastSettings, PlannerSettings
-from power.accounting import kepler_split, model_energy, split_idle_w
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+    cluster_metrics,
+)
+from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
+from peakpack.orchestrator.decide.predict import check_prediction, predict
+from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
+from peakpack.power.accounting import kepler_split, model_energy, split_idle_w
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CURVE = PowerCurve.linear(100, 250)  # the wall: 100 W idle

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config import demo_inventory
-from orchestrator.errors import NodeError
-from orchestrator.model import SshConfig
-from orchestrator.remote.engine import EnginePool, negotiated_version, ssh_url
+from peakpack.orchestrator.domain.config import demo_inventory
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import SshConfig
+from peakpack.orchestrator.remote.docker_api import EnginePool, negotiated_version, ssh_url
 
 
 def test_negotiated_version_is_the_older_of_engine_and_sdk() -> None:

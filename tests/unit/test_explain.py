@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from db.store import Store
-from orchestrator.budgets import Allowance
-from orchestrator.model import Container
-from orchestrator.planner.build import build_plan
-from orchestrator.planner.registry import get_policy
-from orchestrator.planner.synthetic import node, problem_from
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.budgets import Allowance
+from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from tests.support.synthetic import node, problem_from
 
 
 def explained(allow: Allowance = Allowance(), hot: float = 0.0, pinned: bool = False):
@@ -50,5 +50,5 @@ def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
 def test_the_store_keeps_the_explanations(tmp_path: Path) -> None:
     plan, why, problem = explained()
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
-        plan_id = store.save_plan(plan, inventory="synthetic", snapshot=problem.snapshot)
-        assert store.plan_explanations(plan_id) == why
+        plan_id = store.plans.save(plan, inventory="synthetic", snapshot=problem.snapshot)
+        assert store.plans.explanations(plan_id) == why

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from orchestrator.forecast import forecast, window_epochs
-from orchestrator.settings import ForecastSettings
+from peakpack.orchestrator.decide.forecast import forecast, window_epochs
+from peakpack.orchestrator.domain.settings import ForecastSettings
 
 NAN = np.nan
 

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from orchestrator.metrics import ControllerMetrics
+from peakpack.orchestrator.act.metrics import ControllerMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy/grafana/peakpack.json"
 #: The series names prometheus_client exposes per metric type.

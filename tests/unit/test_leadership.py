@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from db.store import ActionState, FencedError, Store
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.controller import Controller, ControllerSettings, Services
-from orchestrator.errors import StoreError
-from orchestrator.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
-from orchestrator.plan import Action
+from peakpack.orchestrator.domain.states import ActionState
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.act.controller import Controller, ControllerSettings
+from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.errors import StoreError
+from peakpack.orchestrator.act.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
+from peakpack.orchestrator.domain.plan import Action
 from tests.support.postgres import drop_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,7 +131,7 @@ def test_a_leader_learns_at_its_next_renewal_that_another_took_over(url: str) ->
 
 LEADER = """
 import sys, time
-from db.store import Store
+from peakpack.db.store import Store
 from orchestrator.leadership import Lease
 lease = Lease(Store.open(sys.argv[1]), 60.0)
 print(lease.acquire(), flush=True)
@@ -166,7 +169,7 @@ class QuietOps:
 
     def migrate(self, actions: Sequence[tuple[int, Action]], stop_requested: object = None) -> dict[int, ActionState]:
         for aid, _ in actions:
-            self.store.set_action_state(aid, ActionState.SUCCEEDED)
+            self.store.plans.set_action_state(aid, ActionState.SUCCEEDED)
         return {aid: ActionState.SUCCEEDED for aid, _ in actions}
 
     def pin(self, node: str) -> None: ...
@@ -208,7 +211,7 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
                 seen["standing by"] = list(events)
                 old.lease._halt.set()  # the old leader hangs in a long action: it renews no more
                 deadline = time.monotonic() + 60
-                while not b_store.list_plans() and time.monotonic() < deadline:
+                while not b_store.plans.history() and time.monotonic() < deadline:
                     time.sleep(0.1)
             finally:
                 new.stop()
@@ -223,7 +226,7 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
         assert "standby: took over from" in text and "reconcile: action 7" in text and "stopped" in text
         with pytest.raises(FencedError, match="took over"):
             old.run_epoch()  # it wakes up: its first write is refused
-        assert len(b_store.list_plans()) == 1
+        assert len(b_store.plans.history()) == 1
         old.finish()
 
 
@@ -236,10 +239,10 @@ def test_a_leader_that_lost_the_lease_stands_by_and_leads_again(tmp_path: Path) 
 
         def scenario() -> None:
             try:
-                assert wait_for(lambda: store.list_plans(), 60)
+                assert wait_for(lambda: store.plans.history(), 60)
                 other.acquire_lease("serve@elsewhere:1:x:y", 2 * TTL, replacing=controller.owner)  # a usurper
                 assert wait_for(lambda: "standby: took over from serve@elsewhere" in log.getvalue(), 20 * TTL)
-                assert wait_for(lambda: len(store.list_plans()) == 2, 60)
+                assert wait_for(lambda: len(store.plans.history()) == 2, 60)
             finally:
                 controller.stop()
 
@@ -262,7 +265,7 @@ def serve(url: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     args = ["serve", "--inventory", str(REPO / "inventory" / "demo.toml"),
             "--snapshot", str(REPO / "inventory" / "demo-snapshot.json"), "--dry-run", "--time-limit", "1", *extra]
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=REPO, stderr=out,
+        return subprocess.Popen([sys.executable, "-m", "peakpack", *args], cwd=REPO, stderr=out,
                                 stdout=subprocess.DEVNULL, env={**os.environ, "PEAKPACK_DB": url, "COLUMNS": "300"})
 
 
@@ -283,7 +286,7 @@ def test_two_serves_on_postgresql_hand_over_when_the_leader_is_killed(pg_url: st
         leader = serve(pg_url, first_log, "--epoch-seconds", str(int(epoch)), "--lease-ttl", "2")
         standby: subprocess.Popen[bytes] | None = None
         try:
-            assert wait_for(lambda: store.list_plans(), 60), first_log.read_text()
+            assert wait_for(lambda: store.plans.history(), 60), first_log.read_text()
             standby = serve(pg_url, second_log, "--epoch-seconds", str(int(epoch)), "--lease-ttl", "2")
             assert wait_for(lambda: "standby: serve@" in second_log.read_text(), 60), second_log.read_text()
             time.sleep(epoch)
@@ -291,15 +294,15 @@ def test_two_serves_on_postgresql_hand_over_when_the_leader_is_killed(pg_url: st
             leader.kill()  # left unreaped, so to the standby it looks alive: the lease must expire
             killed = time.monotonic()
             time.sleep(0.3)
-            before = len(store.list_plans())
-            assert wait_for(lambda: len(store.list_plans()) > before, 4 * epoch), second_log.read_text()
+            before = len(store.plans.history())
+            assert wait_for(lambda: len(store.plans.history()) > before, 4 * epoch), second_log.read_text()
             assert time.monotonic() - killed <= 2 * epoch
             text = second_log.read_text()
             assert "standby: took over from serve@" in text and "epoch: plan" in text
-            assert store.lease_holder() is not None and store.lease_holder().holder in text
+            assert store.lease.holder() is not None and store.lease.holder().holder in text
             standby.send_signal(signal.SIGTERM)
             assert standby.wait(60) == 0 and "stopped" in second_log.read_text()
-            assert store.lease_holder() is None  # released on a clean stop
+            assert store.lease.holder() is None  # released on a clean stop
         finally:
             for proc in (leader, standby):
                 if proc is not None and proc.poll() is None:
@@ -327,17 +330,17 @@ def test_manual_migrate_and_pin_take_the_lease_and_give_it_back(tmp_path: Path) 
     inventory = str(REPO / "inventory" / "demo.toml")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "-i", inventory, "--db", url],
+        return subprocess.run([sys.executable, "-m", "peakpack", *args, "-i", inventory, "--db", url],
                               capture_output=True, text=True, cwd=REPO, timeout=120)
 
     with Store.open(url) as store:
-        token = store.acquire_lease("serve@head:1:x:y", 60)
+        token = store.lease.acquire("serve@head:1:x:y", 60)
         assert token is not None
         for args in (["pin", "node-1"], ["migrate", "web-1", "--to", "node-2"]):
             refused = run(*args)
             assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
             assert refused.stderr.startswith("error: --db: this store is locked by controller serve@head:1:x:y (")
-        store.release_lease("serve@head:1:x:y", token)
+        store.lease.release("serve@head:1:x:y", token)
         failed = run("pin", "node-1")  # takes the lease, then fails on the (absent) node
         assert failed.returncode == 2 and "locked" not in failed.stderr
-        assert store.lease_holder() is None and store.acquire_lease("next", 60) == token + 2  # pin held token + 1
+        assert store.lease.holder() is None and store.lease.acquire("next", 60) == token + 2  # pin held token + 1

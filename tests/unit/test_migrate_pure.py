@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.names import container_name
-from migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
-from orchestrator.errors import NodeError, PeakpackError, PowerError
-from orchestrator.model import BmcConfig, Container, ContainerClass
-from orchestrator.observe import containers_of, parse_inspect, parse_usage
-from power.ipmi import ipmitool_argv, parse_dcmi, parse_status
+from peakpack.orchestrator.domain.inputs import container_name
+from peakpack.migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
+from peakpack.orchestrator.domain.errors import NodeError, PeakpackError, PowerError
+from peakpack.orchestrator.domain.model import BmcConfig, Container, ContainerClass
+from peakpack.orchestrator.observe.cluster import containers_of, parse_inspect, parse_usage
+from peakpack.power.ipmi import ipmitool_argv, parse_dcmi, parse_status
 
 INSPECT = [{
     "Id": "abc123", "Name": "/web-1",

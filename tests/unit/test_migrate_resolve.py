@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from migrate.resolve import Copy, Move, Side, decide
+from peakpack.migrate.resolve import Copy, Move, Side, decide
 
 R, S, A, U = Copy.RUNNING, Copy.STOPPED, Copy.ABSENT, Copy.UNKNOWN
 

@@ -12,12 +12,19 @@ from typing import Any
 
 import pytest
 
-from migrate import spec
-from migrate.handler import MIN_CRIU, criu_version, handles_tcp
-from orchestrator.errors import NodeError
-from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState,
-                                PowerCurve)
-from orchestrator.planning import eligibility, make_plan, port_clashes
+from peakpack.migrate import spec
+from peakpack.migrate.transaction import MIN_CRIU, criu_version, handles_tcp
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+)
+from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 
 SERVICE: dict[str, Any] = {
     "Id": "0123456789abcdef0123", "Name": "/web", "Image": "sha256:feed",
@@ -93,8 +100,8 @@ def test_a_volume_shared_by_two_containers_pins_both() -> None:
 def test_port_clash_is_found_against_the_targets_containers() -> None:
     other = variant(Name="/other", HostConfig__PortBindings={"81/tcp": [{"HostIp": "", "HostPort": "8080"}]})
     udp = variant(Name="/dns", HostConfig__PortBindings={"53/udp": [{"HostIp": "", "HostPort": "8080"}]})
-    assert spec.port_clashes(SERVICE, [other]) == ["8080/tcp"]
-    assert spec.port_clashes(SERVICE, [udp]) == []
+    assert spec.ports_in_use(SERVICE, [other]) == ["8080/tcp"]
+    assert spec.ports_in_use(SERVICE, [udp]) == []
 
 
 def test_create_body_keeps_every_setting_but_node_local_ones() -> None:
@@ -222,7 +229,7 @@ def test_a_published_port_keeps_containers_off_nodes_where_it_is_taken() -> None
                                       "web2": frozenset({"node-2", "node-3"})}
     plan = make_plan(inv, snap, time_limit_s=2)
     final = snap.placement() | {a.container: a.target for a in plan.migrations}
-    assert final["web1"] != final["web2"] and port_clashes(snap, final) == {}
+    assert final["web1"] != final["web2"] and placement_port_clashes(snap, final) == {}
 
 
 def test_targets_preflight_would_refuse_are_never_planned() -> None:
@@ -237,4 +244,4 @@ def test_targets_preflight_would_refuse_are_never_planned() -> None:
 def test_port_clashes_blame_the_container_that_moves() -> None:
     _, snap = cluster(Container("stay", "node-1", 0.3, 64, ports=("80/tcp",)),
                       Container("mover", "node-2", 0.3, 64, ports=("80/tcp",)))
-    assert port_clashes(snap, {"stay": "node-1", "mover": "node-1"}) == {"mover": "node-1"}
+    assert placement_port_clashes(snap, {"stay": "node-1", "mover": "node-1"}) == {"mover": "node-1"}

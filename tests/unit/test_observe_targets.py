@@ -10,10 +10,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from migrate import spec
-from orchestrator.errors import NodeError
-from orchestrator.observe import INSPECT_ALL, USAGE_SCRIPT, observe_nodes
-from orchestrator.remote import CommandResult
+from peakpack.migrate import spec
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.observe.cluster import INSPECT_ALL, USAGE_SCRIPT, observe_nodes
+from peakpack.orchestrator.remote import CommandResult
 
 APPNET = {"Name": "appnet", "Driver": "bridge", "IPAM": {"Config": [{"Subnet": "172.30.0.0/24"}]}}
 

@@ -12,15 +12,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from db.records import EnergyRow, PlanStatus
-from db.store import ActionState, FencedError, MigrationState, Store
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.controller import Controller, ControllerSettings, Services, wakes_for_unsettled
-from orchestrator.errors import NodeError, PowerError, StoreError
-from orchestrator.plan_executor import PlanExecutor
-from orchestrator.model import ClusterSnapshot
-from orchestrator.plan import Action, ActionKind, Plan
-from orchestrator.planning import make_plan
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.states import PlanStatus
+from peakpack.orchestrator.domain.states import ActionState, MigrationState
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.act.controller import Controller, ControllerSettings, wakes_for_unsettled
+from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.errors import NodeError, PowerError, StoreError
+from peakpack.orchestrator.act.executor import PlanExecutor
+from peakpack.orchestrator.domain.model import ClusterSnapshot
+from peakpack.orchestrator.domain.plan import Action, ActionKind, Plan
+from peakpack.orchestrator.decide.solve import make_plan
 
 
 class FakeOps:
@@ -37,7 +41,7 @@ class FakeOps:
         self.unreachable = unreachable
 
     def _state_now(self) -> str:
-        ongoing = [a.state.value for a in self.store.list_actions() if a.state is ActionState.ONGOING]
+        ongoing = [a.state.value for a in self.store.plans.actions() if a.state is ActionState.ONGOING]
         return ongoing[-1] if ongoing else "not a plan action"
 
     def power_on(self, node: str, reason: str) -> None:
@@ -55,7 +59,7 @@ class FakeOps:
         for aid, a in actions:
             self.calls.append(("migrate", a.container or ""))
             state = ActionState.ROLLED_BACK if a.container in self.fail_containers else ActionState.SUCCEEDED
-            self.store.set_action_state(aid, state)
+            self.store.plans.set_action_state(aid, state)
             result[aid] = state
         return result
 
@@ -79,7 +83,7 @@ def consolidating_plan(store: Store) -> tuple[Plan, int]:
     snap = demo_snapshot(inv)
     plan = replace(make_plan(inv, snap, time_limit_s=5), dry_run=False)
     assert plan.migrations and any(a.kind is ActionKind.POWER_OFF for a in plan.actions)
-    return plan, store.save_plan(plan, inventory="demo", snapshot=snap)
+    return plan, store.plans.save(plan, inventory="demo", snapshot=snap)
 
 
 def test_actions_run_in_order_and_are_journaled_before_and_after(store: Store) -> None:
@@ -89,7 +93,7 @@ def test_actions_run_in_order_and_are_journaled_before_and_after(store: Store) -
     kinds = [k for k, _ in ops.calls if k != "pin"]
     assert kinds.index("power_off") > max(i for i, k in enumerate(kinds) if k == "migrate")
     assert set(ops.seen_states) == {"ONGOING"}
-    assert {a.state for a in store.list_actions(plan_id=plan_id)} == {ActionState.SUCCEEDED}
+    assert {a.state for a in store.plans.actions(plan_id=plan_id)} == {ActionState.SUCCEEDED}
     assert report.count(ActionState.SUCCEEDED) == len(plan.actions)
     emptied = {a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF}
     pinned = {n for k, n in ops.calls if k == "pin"}
@@ -101,7 +105,7 @@ def test_a_rolled_back_migration_keeps_its_source_on(store: Store) -> None:
     off = next(a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF)
     stuck = next(a.container for a in plan.migrations if a.source == off)
     report = PlanExecutor(store, FakeOps(store, fail_containers={stuck}), log=lambda _: None).execute(plan, plan_id)
-    rows = {(a.kind, a.node): a for a in store.list_actions(plan_id=plan_id)}
+    rows = {(a.kind, a.node): a for a in store.plans.actions(plan_id=plan_id)}
     assert rows[("power_off", off)].state is ActionState.SKIPPED
     assert stuck in (rows[("power_off", off)].detail or "")
     assert report.count(ActionState.ROLLED_BACK) == 1
@@ -120,7 +124,7 @@ def test_a_node_that_cannot_be_checked_stays_on_and_the_rest_of_the_plan_runs(st
     offs = [a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF]
     ops = FakeOps(store, unreachable={offs[0]})
     report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
-    rows = {(a.kind, a.node): a for a in store.list_actions(plan_id=plan_id)}
+    rows = {(a.kind, a.node): a for a in store.plans.actions(plan_id=plan_id)}
     first = rows[("power_off", offs[0])]
     assert first.state is ActionState.SKIPPED and "could not check that it hosts nothing" in (first.detail or "")
     assert ("power_off", offs[0]) not in ops.calls
@@ -139,10 +143,10 @@ def test_a_node_that_does_not_wake_gets_no_work(store: Store) -> None:
         solver=make_plan(inv, snap, policy="noop").solver,
         dry_run=False,
     )
-    plan_id = store.save_plan(plan, inventory="demo", snapshot=snap)
+    plan_id = store.plans.save(plan, inventory="demo", snapshot=snap)
     ops = FakeOps(store, fail_power_on={"node-8"})
     PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
-    states = [a.state for a in store.list_actions(plan_id=plan_id)]
+    states = [a.state for a in store.plans.actions(plan_id=plan_id)]
     assert states == [ActionState.FAILED, ActionState.SKIPPED]
     assert [k for k, _ in ops.calls] == ["power_on"]
 
@@ -152,7 +156,7 @@ def test_stop_request_skips_what_has_not_started(store: Store) -> None:
     ops = FakeOps(store)
     PlanExecutor(store, ops, log=lambda _: None, stop_requested=lambda: True).execute(plan, plan_id)
     assert ops.calls == []
-    assert {a.state for a in store.list_actions(plan_id=plan_id)} == {ActionState.SKIPPED}
+    assert {a.state for a in store.plans.actions(plan_id=plan_id)} == {ActionState.SKIPPED}
 
 
 def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str],
@@ -177,7 +181,7 @@ def test_live_controller_holds_the_lease_reconciles_and_executes(store: Store) -
         second.run_once()
     plan = first.run_once()  # releases the lease when done
     assert not plan.dry_run
-    assert {a.state for a in store.list_actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
+    assert {a.state for a in store.plans.actions(plan_id=plan.plan_id)} == {ActionState.SUCCEEDED}
     second.run_once()
 
 
@@ -225,15 +229,15 @@ def test_a_failed_reconciliation_is_logged_and_the_epoch_goes_on(store: Store) -
     controller.start()  # taking office (a standby's take-over) survives it
     controller.run_epoch()  # (taking office has just reconciled)
     plan = controller.run_epoch()  # and so does every epoch: the nodes are still planned and switched
-    assert plan.actions and store.get_plan(plan.plan_id or 0).status is PlanStatus.APPLIED
+    assert plan.actions and store.plans.get(plan.plan_id or 0).status is PlanStatus.APPLIED
     assert log.getvalue().count("reconcile failed: KeyError: 'State'; unsettled migrations keep their nodes held") == 2
     controller.finish()
 
 
 def in_doubt(store: Store, container: str, source: str, target: str) -> int:
     """A migration reconciliation could not settle yet."""
-    mid = store.begin_migration(container, source, target)
-    store.step_finished(store.step_started(mid, "in_doubt"), ok=False, detail="node-2 does not answer")
+    mid = store.migrations.begin(container, source, target)
+    store.migrations.step_finished(store.migrations.step_started(mid, "in_doubt"), ok=False, detail="node-2 does not answer")
     return mid
 
 
@@ -243,7 +247,7 @@ def test_an_unsettled_migration_holds_both_nodes_and_is_listed_first(store: Stor
     move = free.migrations[0]
     assert move.source and move.target
     mid = in_doubt(store, move.container or "", move.source, move.target)
-    assert [m.state for m in store.unfinished_migrations()] == [MigrationState.IN_DOUBT]
+    assert [m.state for m in store.migrations.unfinished()] == [MigrationState.IN_DOUBT]
     log = io.StringIO()
     controller = Controller(inv, store, ControllerSettings(dry_run=True, demo=True, time_limit_s=5),
                             console=Console(file=log, width=300))
@@ -337,7 +341,7 @@ def test_a_controller_that_lost_the_lease_starts_no_new_action(store: Store) -> 
 
     ops.migrate = renewal_fails_meanwhile  # type: ignore[method-assign]
     plan = controller.run_epoch()
-    offs = [a for a in store.list_actions(plan_id=plan.plan_id) if a.kind == "power_off"]
+    offs = [a for a in store.plans.actions(plan_id=plan.plan_id) if a.kind == "power_off"]
     assert offs and {(a.state, a.detail) for a in offs} == {(ActionState.SKIPPED, "the controller is stopping")}
     assert "power_off" not in {k for k, _ in ops.calls}  # nothing after the loss was started
     with pytest.raises(FencedError, match="lease lost: renewal failed"):
@@ -357,5 +361,5 @@ def test_a_taken_over_controller_is_fenced_at_its_next_write(store: Store) -> No
         controller.run_epoch()
     controller._epoch_job()  # in the service the first fenced write ends the leadership
     assert controller.lease.lost.is_set()
-    assert store.list_plans() == [] and services.ops.calls == []  # type: ignore[attr-defined]
+    assert store.plans.history() == [] and services.ops.calls == []  # type: ignore[attr-defined]
     controller.finish()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import PlanError
-from orchestrator.model import (
+from peakpack.orchestrator.domain.errors import PlanError
+from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
     Container,
@@ -16,7 +16,7 @@ from orchestrator.model import (
     PowerCurve,
     cluster_metrics,
 )
-from orchestrator.plan import Action, replay
+from peakpack.orchestrator.domain.plan import Action, replay
 
 
 def inventory() -> Inventory:

@@ -9,22 +9,16 @@ import time
 
 import pytest
 
-from orchestrator.model import Container, node_loads
-from orchestrator.planner.build import build_plan
-from orchestrator.planner.heuristic import repair, start
-from orchestrator.planner.instance import Instance
-from orchestrator.planner.objective import violations
-from orchestrator.planner.packing import Packing
-from orchestrator.planner.problem import PlacementProblem, Weights
-from orchestrator.planner.registry import get_policy
-from orchestrator.planner.search import SearchOptions, local_search
-from orchestrator.planner.synthetic import (
-    brute_force_optimum,
-    node,
-    problem_from,
-    random_problem,
-    tiny_problem,
-)
+from peakpack.orchestrator.domain.model import Container, node_loads
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.heuristic import repair, start
+from peakpack.orchestrator.decide.planner.instance import Instance
+from peakpack.orchestrator.decide.planner.objective import violations
+from peakpack.orchestrator.decide.planner.packing import Packing
+from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.decide.planner.search import SearchOptions, local_search
+from tests.support.synthetic import brute_force_optimum, node, problem_from, random_problem, tiny_problem
 
 
 def solve(problem: PlacementProblem, **options):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import PeakpackError
-from orchestrator.model import Container
-from orchestrator.planner.build import build_plan
-from orchestrator.planner.objective import evaluate, violations
-from orchestrator.planner.registry import POLICY_NAMES, get_policy
-from orchestrator.planner.synthetic import node, problem_from, random_problem
+from peakpack.orchestrator.domain.errors import PeakpackError
+from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.objective import evaluate, violations
+from peakpack.orchestrator.decide.planner.registry import POLICY_NAMES, get_policy
+from tests.support.synthetic import node, problem_from, random_problem
 
 
 def four_nodes(off=()):

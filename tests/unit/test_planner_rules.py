@@ -8,12 +8,20 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState, PowerCurve
-from orchestrator.plan import ActionKind, Plan
-from orchestrator.planner.rules import Facts, break_even_seconds, idle_updates
-from orchestrator.planning import make_plan
-from orchestrator.settings import PlannerSettings
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+)
+from peakpack.orchestrator.domain.plan import ActionKind, Plan
+from peakpack.orchestrator.decide.planner.rules import Remembered, break_even_seconds, idle_updates
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.settings import PlannerSettings
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 
@@ -60,10 +68,10 @@ def test_with_a_break_even_longer_than_the_off_horizon_nothing_migrates_to_power
 
 
 @pytest.mark.parametrize("facts", [
-    Facts(woken_at={"w0": NOW - timedelta(seconds=60), "w1": NOW - timedelta(seconds=60)}),
-    Facts(quarantined={"w0": "did not wake", "w1": "did not wake"}),
+    Remembered(woken_at={"w0": NOW - timedelta(seconds=60), "w1": NOW - timedelta(seconds=60)}),
+    Remembered(quarantined={"w0": "did not wake", "w1": "did not wake"}),
 ])
-def test_a_node_that_may_not_go_off_is_not_drained(facts: Facts) -> None:
+def test_a_node_that_may_not_go_off_is_not_drained(facts: Remembered) -> None:
     inv, snap = two_light_nodes()
     assert make_plan(inv, snap, facts=facts).actions == ()
 
@@ -72,12 +80,12 @@ def test_grace_protects_only_nodes_that_emptied_by_themselves() -> None:
     inv, _ = two_light_nodes()
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")),
                            containers=(Container("a", "w0", 1.0, 512),), taken_at=NOW)
-    fresh = Facts(idle_since={"w1": NOW - timedelta(seconds=60)})
+    fresh = Remembered(idle_since={"w1": NOW - timedelta(seconds=60)})
     plan = make_plan(inv, snap, facts=fresh)
     # w1 stays on, so the cheapest answer is to fill it and switch w0 off instead
     assert [(a.kind, a.node) for a in plan.actions if a.kind is ActionKind.POWER_OFF] == [(ActionKind.POWER_OFF, "w0")]
     assert emptied_but_on(plan, snap) == set()
-    old = Facts(idle_since={"w1": NOW - timedelta(hours=1)})
+    old = Remembered(idle_since={"w1": NOW - timedelta(hours=1)})
     assert [(a.kind, a.node) for a in make_plan(inv, snap, facts=old).actions] == [(ActionKind.POWER_OFF, "w1")]
 
 
@@ -96,17 +104,17 @@ def test_a_quarantined_node_is_not_woken() -> None:
                            containers=(Container("a", "w0", 3.0, 512), Container("b", "w0", 3.0, 512)),
                            taken_at=NOW)  # 6 cores over the 4-core cap: w1 must be woken
     assert ActionKind.POWER_ON in kinds(make_plan(inv, snap))
-    plan = make_plan(inv, snap, facts=Facts(quarantined={"w1": "did not wake"}))
+    plan = make_plan(inv, snap, facts=Remembered(quarantined={"w1": "did not wake"}))
     assert ActionKind.POWER_ON not in kinds(plan) and any("w1 not woken" in n for n in plan.notes)
 
 
 @pytest.mark.parametrize("facts", [
-    Facts(),
-    Facts(woken_at={"node-2": NOW, "node-5": NOW}),
-    Facts(idle_since={"node-3": NOW}),
-    Facts(quarantined={"node-4": "x"}),
+    Remembered(),
+    Remembered(woken_at={"node-2": NOW, "node-5": NOW}),
+    Remembered(idle_since={"node-3": NOW}),
+    Remembered(quarantined={"node-4": "x"}),
 ])
-def test_a_plan_never_empties_a_node_that_then_stays_on(facts: Facts) -> None:
+def test_a_plan_never_empties_a_node_that_then_stays_on(facts: Remembered) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
     for settings in (inv.planner, PlannerSettings(spare_nodes=2), PlannerSettings(boot_seconds=2000)):
@@ -116,11 +124,11 @@ def test_a_plan_never_empties_a_node_that_then_stays_on(facts: Facts) -> None:
 
 def test_hysteresis_keeps_a_recent_mover_unless_the_cap_forces_it() -> None:
     inv, snap = two_light_nodes()
-    moved = Facts(moved_at={"a": NOW - timedelta(minutes=10), "b": NOW - timedelta(minutes=10)})
+    moved = Remembered(moved_at={"a": NOW - timedelta(minutes=10), "b": NOW - timedelta(minutes=10)})
     held = make_plan(inv, snap, facts=moved)
     assert held.actions == ()  # the drain would move one of them
     assert held.explanations["a"] == "stays on w0: moved 600 s ago, within the 7200 s forecast window (hysteresis)"
-    long_ago = Facts(moved_at={"a": NOW - timedelta(hours=3), "b": NOW - timedelta(hours=3)})
+    long_ago = Remembered(moved_at={"a": NOW - timedelta(hours=3), "b": NOW - timedelta(hours=3)})
     assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, facts=long_ago))
     off = PlannerSettings(hysteresis=False)
     assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, settings=off, facts=moved))
@@ -140,20 +148,20 @@ def test_idle_tracking() -> None:
 
 
 def test_the_store_remembers_moves_wake_ups_and_idle_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from db.records import MigrationState
-    from db.store import Store
-    from orchestrator.facts import remembered
+    from peakpack.orchestrator.domain.states import MigrationState
+    from peakpack.db.store import Store
+    from peakpack.orchestrator.act.remembered import remembered
 
     inv, _ = two_light_nodes()
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")), containers=(Container("a", "w0", 1.0, 512),))
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
-        store.finish_migration(store.begin_migration("a", "w1", "w0"), MigrationState.SUCCEEDED)
-        store.finish_migration(store.begin_migration("b", "w1", "w0"), MigrationState.ROLLED_BACK)
-        store.finish_power_event(store.begin_power_event("w0", "power_on"), "SUCCEEDED")
+        store.migrations.finish(store.migrations.begin("a", "w1", "w0"), MigrationState.SUCCEEDED)
+        store.migrations.finish(store.migrations.begin("b", "w1", "w0"), MigrationState.ROLLED_BACK)
+        store.power.finish(store.power.begin("w0", "power_on"), "SUCCEEDED")
         dry = remembered(store, inv, snap, record=False)
         assert set(dry.moved_at) == {"a"} and set(dry.woken_at) == {"w0"} and set(dry.idle_since) == {"w1"}
-        assert store.idle_since("w1") is None  # a dry run stores nothing
+        assert store.power.idle_since("w1") is None  # a dry run stores nothing
         remembered(store, inv, snap)
-        assert store.idle_since("w1") == snap.taken_at
+        assert store.power.idle_since("w1") == snap.taken_at
     plan = make_plan(inv, snap, facts=dry)  # w0 just woken and w1 just emptied: nothing goes off
     assert plan.actions == ()

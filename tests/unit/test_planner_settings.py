@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
-from orchestrator.config import load_inventory
-from orchestrator.errors import InventoryError
-from orchestrator.planner.problem import Weights
-from orchestrator.settings import ForecastSettings, PlannerSettings
+from peakpack.orchestrator.faces.cli import app
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.errors import InventoryError
+from peakpack.orchestrator.decide.planner.problem import Weights
+from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
 
 NODES = """
 [[nodes]]

@@ -3,11 +3,19 @@ data: test_planner_rules.py; energy accounting: test_energy.py)."""
 
 from __future__ import annotations
 
-from orchestrator.model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState, PowerCurve
-from orchestrator.plan import ActionKind
-from orchestrator.planning import make_plan
-from orchestrator.settings import PlannerSettings
-from power.policy import adjust_plan
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+)
+from peakpack.orchestrator.domain.plan import ActionKind
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.settings import PlannerSettings
+from peakpack.power.policy import adjust_plan
 
 
 def overloaded() -> tuple[Inventory, ClusterSnapshot]:

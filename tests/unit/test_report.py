@@ -7,9 +7,11 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from db.store import EnergyRow, MigrationState, Store
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.planning import make_plan
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.decide.solve import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,16 +22,16 @@ def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
     snap = demo_snapshot(inv)
     t0 = datetime.now(timezone.utc) - timedelta(minutes=30)
     with Store.open(url) as store:
-        store.save_plan(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
+        store.plans.save(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
         for frozen in (800.0, 1200.0, 5000.0):
-            mid = store.begin_migration("web-1", "node-1", "node-2")
-            store.finish_migration(mid, MigrationState.SUCCEEDED, frozen_ms=frozen, total_ms=frozen * 2)
-        store.add_energy([EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 60_000.0, "rapl"),
+            mid = store.migrations.begin("web-1", "node-1", "node-2")
+            store.migrations.finish(mid, MigrationState.SUCCEEDED, frozen_ms=frozen, total_ms=frozen * 2)
+        store.energy.add([EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 60_000.0, "rapl"),
                           EnergyRow("node-2", t0, t0 + timedelta(minutes=10), 30_000.0, "rapl")])
-        ev = store.begin_power_event("node-3", "power_off")
-        store.finish_power_event(ev, "SUCCEEDED")
+        ev = store.power.begin("node-3", "power_off")
+        store.power.finish(ev, "SUCCEEDED")
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "report", "--out", str(out), "--db", url],
+    proc = subprocess.run([sys.executable, "-m", "peakpack", "report", "--out", str(out), "--db", url],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     page = (out / "index.html").read_text()
@@ -41,7 +43,7 @@ def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
 
 
 def test_modelled_energy_is_never_reported_as_measured(tmp_path: Path) -> None:
-    from orchestrator.report import History, energy_split, write_report
+    from peakpack.orchestrator.faces.report import History, energy_split, write_report
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 9_000.0, "rapl", idle_j=6_000.0, residual_j=1_000.0),

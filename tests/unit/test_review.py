@@ -8,14 +8,23 @@ from dataclasses import replace
 
 import pytest
 
-from db.records import ActionState, PlanStatus
-from orchestrator.apply import final_status
-from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeRole, NodeSpec,
-                                NodeState, PowerCurve, cluster_metrics)
-from orchestrator.plan import Action, Plan, SolverReport
-from orchestrator.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
-from orchestrator.review import inventory_digest, review_plan
-from orchestrator.settings import ForecastSettings, PlannerSettings
+from peakpack.orchestrator.domain.states import ActionState, PlanStatus
+from peakpack.orchestrator.act.epoch import final_status
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeRole,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+    cluster_metrics,
+)
+from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
+from peakpack.orchestrator.decide.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
+from peakpack.orchestrator.decide.review import inventory_digest, review_plan
+from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
 
 
 def inventory(cap: float = 0.7) -> Inventory:

@@ -11,11 +11,18 @@ from typing import Any
 
 import pytest
 
-from db.records import DemandRecord, EnergyRow, EnergySample
-from db.store import Store
-from orchestrator.model import (ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState,
-                                PowerCurve)
-from power.sampler import EnergySampler
+from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.model import (
+    ClusterConfig,
+    ClusterSnapshot,
+    Container,
+    Inventory,
+    NodeSpec,
+    NodeState,
+    PowerCurve,
+)
+from peakpack.power.sampler import EnergySampler
 
 TOP = 10**12
 BOOT = "b00t"
@@ -36,13 +43,13 @@ def test_a_restarted_sampler_learns_the_counters_idle_from_the_store(tmp_path: P
     before = datetime.now(timezone.utc) - timedelta(seconds=60)
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         # an earlier quiet interval: the package drew 30 W (the wall curve's idle is 100 W)
-        store.add_energy([EnergyRow("n1", before - timedelta(minutes=10), before - timedelta(minutes=9), 1800.0,
+        store.energy.add([EnergyRow("n1", before - timedelta(minutes=10), before - timedelta(minutes=9), 1800.0,
                                     "rapl", idle_j=1800.0, residual_j=0.0)])
-        store.add_energy_samples([
+        store.energy.add_samples([
             EnergySample("n1", before, "rapl", energy_uj=0, zone="intel-rapl:0", max_energy_range_uj=TOP,
                          boot_id=BOOT),
             EnergySample("n1", before, "busy", boot_id=BOOT, busy_ns=0)])
-        store.add_demand([DemandRecord(at=before, container="a", node="n1", interval_s=None, cpu=0.0, cpu_time_ns=0,
+        store.demand.add([DemandRecord(at=before, container="a", node="n1", interval_s=None, cpu=0.0, cpu_time_ns=0,
                                        memory_mb=10.0, source="stats"),
                           DemandRecord(at=before + timedelta(seconds=59), container="a", node="n1", interval_s=59.0,
                                        cpu=1.5, cpu_time_ns=int(1.5 * 59e9), memory_mb=10.0, source="cgroup")])

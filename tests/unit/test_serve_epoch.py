@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import orchestrator.controller
-from orchestrator.cli.common import load_inventory
-from orchestrator.cli.serve import serve
-from orchestrator.planner.problem import Weights
-from orchestrator.planner.rules import Facts, off_refusal
+import peakpack.orchestrator.act.controller
+from peakpack.orchestrator.faces.cli.common import load_inventory
+from peakpack.orchestrator.faces.cli.serve import serve
+from peakpack.orchestrator.decide.planner.problem import Weights
+from peakpack.orchestrator.decide.planner.rules import Remembered, off_refusal
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo.toml"
@@ -32,7 +32,7 @@ def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **flags: Any) -> tup
         def run_once(self) -> None:
             pass
 
-    monkeypatch.setattr(orchestrator.controller, "Controller", Spy)
+    monkeypatch.setattr(peakpack.orchestrator.act.controller, "Controller", Spy)
     serve(inventory=DEMO, snapshot=REPO / "inventory" / "demo-snapshot.json", dry_run=True, once=True,
           db=f"sqlite:///{tmp_path / 'pp.db'}", **flags)
     [got] = seen
@@ -51,8 +51,8 @@ def test_the_epoch_flag_replaces_the_inventorys_epoch_for_everything(monkeypatch
     weights = Weights.from_settings(inv.planner, inv.cluster.epoch_seconds)
     assert weights.migration_cost(0) == pytest.approx(10 * Weights.from_settings(file.planner, 600).migration_cost(0))
     worker = next(n for n in inv.nodes if n.power_managed)
-    assert off_refusal(worker, inv.planner, inv.cluster.epoch_seconds, Facts(), NOW) is not None
-    assert off_refusal(worker, file.planner, file.cluster.epoch_seconds, Facts(), NOW) is None
+    assert off_refusal(worker, inv.planner, inv.cluster.epoch_seconds, Remembered(), NOW) is not None
+    assert off_refusal(worker, file.planner, file.cluster.epoch_seconds, Remembered(), NOW) is None
 
     inv, settings = served(monkeypatch, tmp_path)
     assert inv == file and settings.epoch_seconds == 600

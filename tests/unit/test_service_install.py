@@ -59,7 +59,7 @@ def make_inventory(folder: Path) -> Path:
 
 
 def install(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "service", "install", *args],
+    return subprocess.run([sys.executable, "-m", "peakpack", "service", "install", *args],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 

@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from db.store import MigrationState, Store
-from migrate.batch import reconcile_migrations
-from migrate.settle import PROCESSES_ARGV, Facts, Settler, in_flight
-from orchestrator.remote.engine import EngineAPIError, EngineNotFound
-from orchestrator.remote.ssh import CommandResult
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store
+from peakpack.migrate.batch import reconcile_migrations
+from peakpack.migrate.settle import PROCESSES_ARGV, MigrationFacts, Settler, in_flight
+from peakpack.orchestrator.remote.docker_api import EngineAPIError, EngineNotFound
+from peakpack.orchestrator.remote.ssh import CommandResult
 
 T = TypeVar("T")
 NETNS = "4026532422"
@@ -124,7 +125,7 @@ class FakeNodes:
 
 
 def settle(nodes: FakeNodes, checkpointed: bool = True) -> tuple[MigrationState, str | None]:
-    settler = Settler(nodes, nodes, "web", "node-1", "node-2", 7, Facts())  # type: ignore[arg-type]
+    settler = Settler(nodes, nodes, "web", "node-1", "node-2", 7, MigrationFacts())  # type: ignore[arg-type]
     return asyncio.run(settler.run(checkpointed, "the restore timed out"))
 
 
@@ -196,9 +197,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def open_migration(store: Store, container: str) -> int:
     """A migration its controller left during the checkpoint (preflight's facts journaled)."""
-    mid = store.begin_migration(container, "node-1", "node-2")
-    store.step_finished(store.step_started(mid, "preflight"), ok=True, detail=Facts().dumps())
-    store.step_started(mid, "checkpointing")
+    mid = store.migrations.begin(container, "node-1", "node-2")
+    store.migrations.step_finished(store.migrations.step_started(mid, "preflight"), ok=True, detail=MigrationFacts().dumps())
+    store.migrations.step_started(mid, "checkpointing")
     return mid
 
 
@@ -208,7 +209,7 @@ def test_one_migration_that_cannot_be_reconciled_leaves_the_others_settled(store
                        ("node-1", "db"): Copy(DST_ID, running=True)})
     lines = asyncio.run(reconcile_migrations(nodes, nodes, store))  # type: ignore[arg-type]
     assert len(lines) == 2 and "IN_DOUBT: reconciling failed (KeyError" in lines[0]
-    states = {m.id: m.state for m in store.list_migrations()}
+    states = {m.id: m.state for m in store.migrations.history()}
     assert states == {broken: MigrationState.IN_DOUBT, fine: MigrationState.ROLLED_BACK}
-    [doubt] = [s for s in store.migration_steps(broken) if s.step == "in_doubt"]
+    [doubt] = [s for s in store.migrations.steps(broken) if s.step == "in_doubt"]
     assert "reconciling failed (KeyError" in (doubt.detail or "")

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import orchestrator.planning
-from orchestrator.cli.app import app
-from orchestrator.settings import PlannerSettings
-from orchestrator.simulate import policies
-from orchestrator.simulate.engine import simulate
-from orchestrator.simulate.registry import POLICIES, get_sim_policy
-from orchestrator.simulate.scenario import G4, G5, Scenario
+import peakpack.orchestrator.decide.solve
+from peakpack.orchestrator.faces.cli.app import app
+from peakpack.orchestrator.domain.settings import PlannerSettings
+from peakpack.orchestrator.simulate import policies
+from peakpack.orchestrator.simulate.loop import simulate
+from peakpack.orchestrator.simulate.registry import POLICIES, get_sim_policy
+from peakpack.orchestrator.simulate.scenario import G4, G5, Scenario
 
 TINY = Scenario(
     name="tiny", host_core_mips=np.array([1860.0, 2660.0]), host_cores=np.array([2, 2]), host_curves=(G4, G5),
@@ -31,7 +31,7 @@ def test_the_peakpack_policy_runs_exactly_the_default_settings_on_the_scenarios_
 
     def spy(inventory: Any, snapshot: Any, **kwargs: Any) -> Any:
         calls.append((inventory, kwargs))
-        return orchestrator.planning.make_plan(inventory, snapshot, **kwargs)
+        return peakpack.orchestrator.decide.solve.make_plan(inventory, snapshot, **kwargs)
 
     monkeypatch.setattr(policies, "make_plan", spy)
     simulate(TINY, get_sim_policy("peakpack"))

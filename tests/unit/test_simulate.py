@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import orchestrator.planning
-from orchestrator.simulate import policies
-from orchestrator.simulate.engine import SimState, fluid_bound_kwh, simulate
-from orchestrator.simulate.scenario import G4, G5, Scenario, cloudsim_planetlab
+import peakpack.orchestrator.decide.solve
+from peakpack.orchestrator.simulate import policies
+from peakpack.orchestrator.simulate.loop import SimState, fluid_bound_kwh, simulate
+from peakpack.orchestrator.simulate.scenario import G4, G5, Scenario, cloudsim_planetlab
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,12 +86,12 @@ def test_fluid_bound_uses_the_most_efficient_host_at_the_cap() -> None:
 
 
 def test_peakpack_policy_is_the_production_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert policies.make_plan is orchestrator.planning.make_plan
+    assert policies.make_plan is peakpack.orchestrator.decide.solve.make_plan
     calls = []
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(kwargs.get("policy"))
-        return orchestrator.planning.make_plan(*args, **kwargs)
+        return peakpack.orchestrator.decide.solve.make_plan(*args, **kwargs)
 
     monkeypatch.setattr(policies, "make_plan", spy)
     s = tiny([[0.2] * 3, [0.2] * 3, [0.2] * 3], [500, 500, 500])
@@ -114,7 +114,7 @@ def test_cli_json_plot_and_errors(tmp_path: Path) -> None:
     day.mkdir()
     for i in range(12):
         (day / f"vm{i:02d}").write_text("\n".join(str(10 + (i * 7 + t) % 40) for t in range(6)) + "\n")
-    run = [sys.executable, "-m", "orchestrator.cli", "simulate", "--trace", str(day), "--scenario",
+    run = [sys.executable, "-m", "peakpack", "simulate", "--trace", str(day), "--scenario",
            "cloudsim-planetlab", "--json", "--plot", str(tmp_path / "p.png")]
     proc = subprocess.run([*run, "--policy", "lr-mmt-1.2"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr

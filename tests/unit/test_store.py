@@ -12,13 +12,17 @@ from pathlib import Path
 
 import pytest
 
-import db.store
-from db.records import DemandRecord, PlanStatus
-from db.store import (ActionState, EnergyRow, EnergySample, FencedError, MigrationState, Store,
-                      parse_duration)
-from orchestrator.config import demo_inventory, demo_snapshot
-from orchestrator.errors import PeakpackError, StoreError
-from orchestrator.planning import make_plan
+import peakpack.db.store
+from peakpack.orchestrator.domain.records import DemandRecord
+from peakpack.orchestrator.domain.states import PlanStatus
+from peakpack.orchestrator.domain.states import ActionState, MigrationState
+from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.db.store import Store
+from peakpack.orchestrator.domain.inputs import parse_duration
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.domain.errors import PeakpackError, StoreError
+from peakpack.orchestrator.decide.solve import make_plan
 from tests.support.postgres import drop_schema
 
 
@@ -39,89 +43,89 @@ def test_plan_round_trip_journals_every_action_pending(store: Store) -> None:
     snap = demo_snapshot(inv)
     plan = make_plan(inv, snap, policy="peakpack", time_limit_s=5)
     assert plan.actions
-    plan_id = store.save_plan(plan, inventory="demo", snapshot=snap)
-    [rec] = store.list_plans()
+    plan_id = store.plans.save(plan, inventory="demo", snapshot=snap)
+    [rec] = store.plans.history()
     assert rec.plan_id == plan_id and rec.policy == "peakpack" and rec.dry_run
     assert rec.before == plan.before.to_json() and rec.after == plan.after.to_json()
     assert rec.actions == len(plan.actions) and rec.migrations == len(plan.migrations)
-    actions = store.list_actions(plan_id=plan_id)
+    actions = store.plans.actions(plan_id=plan_id)
     assert [a.kind for a in actions] == [a.kind.value for a in plan.actions]
     assert {a.state for a in actions} == {ActionState.PENDING}
-    assert store.plan_snapshot(plan_id)["version"] == snap.version
+    assert store.plans.snapshot(plan_id)["version"] == snap.version
     assert rec.settings == {**inv.planner.by_key(), "time_limit_s": 5}  # what it was made with
 
 
 def test_action_states_and_crash_leftovers(store: Store) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
-    plan_id = store.save_plan(make_plan(inv, snap, time_limit_s=5), inventory="demo", snapshot=snap)
-    first, second, *_ = store.plan_action_ids(plan_id)
-    store.set_action_state(first, ActionState.ONGOING)
-    store.set_action_state(first, ActionState.SUCCEEDED)
-    store.set_action_state(second, ActionState.ONGOING)  # the controller dies here
-    [left] = store.unfinished_actions()
+    plan_id = store.plans.save(make_plan(inv, snap, time_limit_s=5), inventory="demo", snapshot=snap)
+    first, second, *_ = store.plans.action_ids(plan_id)
+    store.plans.set_action_state(first, ActionState.ONGOING)
+    store.plans.set_action_state(first, ActionState.SUCCEEDED)
+    store.plans.set_action_state(second, ActionState.ONGOING)  # the controller dies here
+    [left] = store.plans.unfinished_actions()
     assert left.id == second and left.started_at is not None and left.finished_at is None
-    done = next(a for a in store.list_actions() if a.id == first)
+    done = next(a for a in store.plans.actions() if a.id == first)
     assert done.state is ActionState.SUCCEEDED and done.finished_at >= done.started_at
     with pytest.raises(StoreError):
-        store.set_action_state(10_000, ActionState.FAILED)
+        store.plans.set_action_state(10_000, ActionState.FAILED)
 
 
 def test_migration_journal_steps_and_terminal_states(store: Store) -> None:
-    mid = store.begin_migration("web-1", "node-1", "node-2")
-    step = store.step_started(mid, "checkpointing")
-    [m] = store.unfinished_migrations()
+    mid = store.migrations.begin("web-1", "node-1", "node-2")
+    step = store.migrations.step_started(mid, "checkpointing")
+    [m] = store.migrations.unfinished()
     assert m.state is MigrationState.CHECKPOINTING
-    store.step_finished(step, ok=False, detail="criu dump failed")
-    store.finish_migration(mid, MigrationState.ROLLED_BACK, "restore on node-2 failed",
+    store.migrations.step_finished(step, ok=False, detail="criu dump failed")
+    store.migrations.finish(mid, MigrationState.ROLLED_BACK, "restore on node-2 failed",
                            checkpoint_ms=900.0, frozen_ms=2100.0, bytes=4096)
-    assert store.unfinished_migrations() == []
-    [rec] = store.list_migrations()
+    assert store.migrations.unfinished() == []
+    [rec] = store.migrations.history()
     j = rec.to_json()
     assert j["state"] == "ROLLED_BACK" and j["reason"] == "restore on node-2 failed"
     assert j["frozen_ms"] == 2100.0 and j["finished_at"] is not None
-    [s] = store.migration_steps(mid)
+    [s] = store.migrations.steps(mid)
     assert (s.step, s.state, s.detail) == ("checkpointing", "FAILED", "criu dump failed")
     with pytest.raises(ValueError):
-        store.finish_migration(mid, MigrationState.RESTORING)
+        store.migrations.finish(mid, MigrationState.RESTORING)
 
 
 def test_power_events_quarantine_and_idle(store: Store) -> None:
-    ev = store.begin_power_event("node-3", "power_off", reason="empty for 10 min")
-    store.finish_power_event(ev, "SUCCEEDED")
-    [p] = store.list_power_events()
+    ev = store.power.begin("node-3", "power_off", reason="empty for 10 min")
+    store.power.finish(ev, "SUCCEEDED")
+    [p] = store.power.events()
     assert p.to_json()["action"] == "power_off" and p.state == "SUCCEEDED"
-    store.quarantine("node-4", "did not wake within 300 s")
-    assert store.quarantined() == {"node-4": "did not wake within 300 s"}
-    store.clear_quarantine("node-4")
-    assert store.quarantined() == {}
+    store.power.quarantine("node-4", "did not wake within 300 s")
+    assert store.power.quarantined() == {"node-4": "did not wake within 300 s"}
+    store.power.clear_quarantine("node-4")
+    assert store.power.quarantined() == {}
     t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    store.set_idle_since("node-3", t)
-    assert store.idle_since("node-3") == t and store.idle_since("node-9") is None
+    store.power.set_idle_since("node-3", t)
+    assert store.power.idle_since("node-3") == t and store.power.idle_since("node-9") is None
     with pytest.raises(ValueError):
-        store.begin_power_event("node-3", "reboot")
+        store.power.begin("node-3", "reboot")
 
 
 def test_energy_samples_and_grouping(store: Store) -> None:
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    store.add_energy_samples([EnergySample("node-1", t0 + timedelta(seconds=i), "rapl", energy_uj=i * 10**6)
+    store.energy.add_samples([EnergySample("node-1", t0 + timedelta(seconds=i), "rapl", energy_uj=i * 10**6)
                               for i in (2, 0, 1)])
-    assert [s.energy_uj for s in store.energy_samples("node-1", "rapl")] == [0, 10**6, 2 * 10**6]
+    assert [s.energy_uj for s in store.energy.samples("node-1", "rapl")] == [0, 10**6, 2 * 10**6]
     rows = [
         EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 600.0, "rapl"),
         EnergyRow("node-1", t0 + timedelta(seconds=60), t0 + timedelta(seconds=120), 300.0, "rapl"),
         EnergyRow("node-2", t0, t0 + timedelta(seconds=60), 50.0, "model"),
         EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 400.0, "rapl", container="web-1"),
     ]
-    store.add_energy(rows)
-    assert len(store.list_energy()) == 3
-    by_node = {r.node: r.to_json() for r in store.list_energy(by="node")}
+    store.energy.add(rows)
+    assert len(store.energy.history()) == 3
+    by_node = {r.node: r.to_json() for r in store.energy.history(by="node")}
     assert by_node["node-1"]["energy_j"] == 900.0 and by_node["node-2"]["source"] == "model"
-    [c] = store.list_energy(by="container")
+    [c] = store.energy.history(by="container")
     assert c.to_json()["container"] == "web-1" and c.energy_j == 400.0
-    assert store.list_energy(since=t0 + timedelta(seconds=30), by="node")[0].energy_j == 300.0
+    assert store.energy.history(since=t0 + timedelta(seconds=30), by="node")[0].energy_j == 300.0
     with pytest.raises(ValueError):
-        store.add_energy([EnergyRow("node-1", t0, t0, -1.0, "rapl")])
+        store.energy.add([EnergyRow("node-1", t0, t0, -1.0, "rapl")])
 
 
 def url_of(store: Store) -> str:
@@ -129,23 +133,23 @@ def url_of(store: Store) -> str:
 
 
 def test_lease_tokens_grow_and_an_expired_lease_is_taken_over(store: Store) -> None:
-    assert store.lease_holder() is None
-    first = store.acquire_lease("a", ttl_s=60)
-    assert first is not None and store.lease_holder().holder == "a"
-    assert store.acquire_lease("b", ttl_s=60) is None  # a's lease runs
-    assert store.renew_lease("a", first, ttl_s=60) and not store.renew_lease("b", first, ttl_s=60)
-    store.release_lease("a", first)
-    assert store.lease_holder() is None
-    second = store.acquire_lease("b", ttl_s=-1)  # taken, and expired at once
-    assert second == first + 1 and store.lease_holder() is None
-    third = store.acquire_lease("c", ttl_s=60)  # an expired lease is taken over
-    assert third == second + 1 and store.lease_holder().token == third
-    assert not store.renew_lease("b", second, ttl_s=60)  # b may not extend what c holds now
-    store.release_lease("b", second)  # nor free it
-    assert store.lease_holder().holder == "c"
-    assert store.acquire_lease("d", ttl_s=60) is None
-    assert store.acquire_lease("d", ttl_s=60, replacing="c") == third + 1  # c is known dead
-    assert store.acquire_lease("e", ttl_s=60, replacing="c") is None  # but d is not
+    assert store.lease.holder() is None
+    first = store.lease.acquire("a", ttl_s=60)
+    assert first is not None and store.lease.holder().holder == "a"
+    assert store.lease.acquire("b", ttl_s=60) is None  # a's lease runs
+    assert store.lease.renew("a", first, ttl_s=60) and not store.lease.renew("b", first, ttl_s=60)
+    store.lease.release("a", first)
+    assert store.lease.holder() is None
+    second = store.lease.acquire("b", ttl_s=-1)  # taken, and expired at once
+    assert second == first + 1 and store.lease.holder() is None
+    third = store.lease.acquire("c", ttl_s=60)  # an expired lease is taken over
+    assert third == second + 1 and store.lease.holder().token == third
+    assert not store.lease.renew("b", second, ttl_s=60)  # b may not extend what c holds now
+    store.lease.release("b", second)  # nor free it
+    assert store.lease.holder().holder == "c"
+    assert store.lease.acquire("d", ttl_s=60) is None
+    assert store.lease.acquire("d", ttl_s=60, replacing="c") == third + 1  # c is known dead
+    assert store.lease.acquire("e", ttl_s=60, replacing="c") is None  # but d is not
 
 
 def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
@@ -161,7 +165,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
         mid = old.begin_migration("web-1", "node-1", "node-2", action)
         step = old.step_started(mid, "checkpointing")
         event = old.begin_power_event("node-3", "power_off")
-        theirs = store.acquire_lease("new", ttl_s=60)
+        theirs = store.lease.acquire("new", ttl_s=60)
         store.fence(theirs)
         writes: dict[str, Callable[[], object]] = {
             "save_plan": lambda: old.save_plan(plan, inventory="demo", snapshot=snap),
@@ -196,7 +200,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
         assert [p.state for p in old.list_power_events()] == ["ONGOING"]
         assert old.energy_samples("node-1", "rapl") == [] and old.list_energy() == []
         assert old.demand_history() == []
-    store.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
+    store.plans.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
     store.fence(None)
     with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before
         unfenced.quarantine("node-5", "by hand")
@@ -205,14 +209,14 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
 
 def writes_of_the_store() -> set[str]:
     """The Store methods that open a write transaction (self._write()), read from the source."""
-    tree = ast.parse(Path(db.store.__file__).read_text())
+    tree = ast.parse(Path(peakpack.db.store.__file__).read_text())
     [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Store"]
     return {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and f.name != "_write"
             and "self._write()" in ast.unparse(f)}
 
 
 def test_a_write_in_a_read_transaction_is_a_bug(store: Store) -> None:
-    from db.schema import PinningRow
+    from peakpack.db.schema import PinningRow
 
     with pytest.raises(RuntimeError, match="fenced"):
         with store._tx() as s:
@@ -225,10 +229,10 @@ def test_racing_take_overs_have_exactly_one_winner(store: Store) -> None:
     handles = [Store.open(url) for _ in range(8)]
     try:
         for left in ("free", "expired"):
-            if (held := store.lease_holder()) is not None:
-                store.release_lease(held.holder, held.token)
+            if (held := store.lease.holder()) is not None:
+                store.lease.release(held.holder, held.token)
             if left == "expired":
-                assert store.acquire_lease("dead", ttl_s=-1) is not None
+                assert store.lease.acquire("dead", ttl_s=-1) is not None
             start = threading.Barrier(len(handles))
             got: dict[int, int | None | BaseException] = {}
 
@@ -259,13 +263,13 @@ def test_first_opens_racing_on_an_empty_database_create_the_schema_once(store: S
 
     url = url_of(store)
     drop_schema(store)
-    code = "import sys; from db.store import Store; Store.open(sys.argv[1]).close()"
+    code = "import sys; from peakpack.db.store import Store; Store.open(sys.argv[1]).close()"
     root = Path(__file__).resolve().parents[2]
     procs = [subprocess.Popen([sys.executable, "-c", code, url], cwd=root, stderr=subprocess.PIPE, text=True)
              for _ in range(3)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errors
-    assert store.acquire_lease("a", 60) == 1  # one lease row, token from the start
+    assert store.lease.acquire("a", 60) == 1  # one lease row, token from the start
 
 
 def test_bad_urls_and_durations_are_one_line_errors(tmp_path: Path) -> None:
@@ -285,7 +289,7 @@ def test_revisions_build_exactly_the_declared_schema(store: Store) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from db.schema import Base
+    from peakpack.db.schema import Base
 
     with store.engine.connect() as c:
         diff = compare_metadata(MigrationContext.configure(c), Base.metadata)

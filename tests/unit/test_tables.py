@@ -8,9 +8,19 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from orchestrator.cli.history import TABLE_COLUMNS
-from orchestrator.cli.tables import (
-    Column, count, fit_table, joules, millis, print_table, seconds, size_bytes, text, watts, when,
+from peakpack.orchestrator.faces.cli.history import TABLE_COLUMNS
+from peakpack.orchestrator.faces.cli.tables import (
+    Column,
+    count,
+    fit_table,
+    joules,
+    millis,
+    print_table,
+    seconds,
+    size_bytes,
+    text,
+    watts,
+    when,
 )
 
 

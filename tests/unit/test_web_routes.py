@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from db.records import PlanStatus
-from db.store import EnergyRow, MigrationState, Store, now
-from orchestrator.config import demo_snapshot, parse_inventory
-from orchestrator.errors import InventoryError
-from orchestrator.model import ClusterSnapshot, Inventory
-from orchestrator.plan import Plan
-from orchestrator.planning import make_plan
-from orchestrator.web.app import create_app
+from peakpack.orchestrator.domain.states import PlanStatus
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.db.store import Store, now
+from peakpack.orchestrator.domain.config import demo_snapshot, parse_inventory
+from peakpack.orchestrator.domain.errors import InventoryError
+from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory
+from peakpack.orchestrator.domain.plan import Plan
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.faces.web.app import create_app
 
 TOKEN = "s3cret-token"
 DEMO = (Path(__file__).resolve().parents[2] / "inventory" / "demo.toml").read_text()
@@ -108,41 +110,41 @@ def test_the_chart_library_is_served_from_the_package(store: Store) -> None:
 
 def test_a_read_only_page_refuses_every_decision(store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
     inv, _, _ = planned
-    plan_id = store.recent_plans(1)[0].plan_id
+    plan_id = store.plans.recent(1)[0].plan_id
     client = TestClient(create_app(store, inv))
     for decision in ("approve", "reject"):
         answer = client.post(f"/plans/{plan_id}/{decision}", data={"token": TOKEN})
         assert answer.status_code == 403
-    assert store.get_plan(plan_id).status is PlanStatus.RECOMMENDED
+    assert store.plans.get(plan_id).status is PlanStatus.RECOMMENDED
 
 
 def test_with_a_token_only_recommended_plans_get_buttons_and_a_wrong_token_changes_nothing(
         store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
-    newest = store.recent_plans(1)[0].plan_id
+    newest = store.plans.recent(1)[0].plan_id
     client = TestClient(create_app(store, inv))
     html = client.get("/").text
     assert html.count("<form") == 1 and f'action="/plans/{newest}/approve"' in html
     answer = client.post(f"/plans/{newest}/reject", data={"token": "guess"})
     assert answer.status_code == 403 and "token" in answer.text
-    assert store.get_plan(newest).status is PlanStatus.RECOMMENDED
+    assert store.plans.get(newest).status is PlanStatus.RECOMMENDED
 
 
 def test_rejecting_through_the_page_records_who_decided(store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
-    newest = store.recent_plans(1)[0].plan_id
+    newest = store.plans.recent(1)[0].plan_id
     answer = TestClient(create_app(store, inv)).post(f"/plans/{newest}/reject", data={"token": TOKEN, "by": "ana"})
     assert answer.status_code == 200, answer.text
-    record = store.get_plan(newest)
+    record = store.plans.get(newest)
     assert record.status is PlanStatus.REJECTED and record.decided_by == "web:ana"
 
 
 def test_approving_an_applied_plan_is_refused_with_the_reason(store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
-    oldest = store.recent_plans(2)[0].plan_id
+    oldest = store.plans.recent(2)[0].plan_id
     answer = TestClient(create_app(store, inv)).post(f"/plans/{oldest}/approve", data={"token": TOKEN})
     assert answer.status_code == 409 and f"{oldest}" in answer.text
-    assert store.get_plan(oldest).status is PlanStatus.APPLIED
+    assert store.plans.get(oldest).status is PlanStatus.APPLIED
 
 
 @pytest.mark.parametrize("mode, token, fix", [(0o644, TOKEN, "chmod 600"), (0o600, "", "is empty")])
@@ -154,8 +156,8 @@ def test_the_token_file_is_checked_like_a_password_file(tmp_path: Path, mode: in
 def test_the_page_is_served_beside_the_controller_and_a_busy_port_is_one_line(store: Store) -> None:
     import urllib.request
 
-    from orchestrator.errors import PeakpackError
-    from orchestrator.web.server import serving_in_background
+    from peakpack.orchestrator.domain.errors import PeakpackError
+    from peakpack.orchestrator.faces.web.server import serving_in_background
 
     with serving_in_background(create_app(store), "127.0.0.1", 0) as port:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=10) as answer:

@@ -1,0 +1,405 @@
+"""Live migration of one container as a transaction:
+
+preflight (nothing changes on either node unless every check passes) -> create the same networks,
+volumes and container on the target from the source's Engine API inspect document -> pre-copy the
+writable layer and volumes while the container runs -> checkpoint on the source (stops it) ->
+copy only what changed since the pre-copy, and the checkpoint, node to node -> restore on the
+target -> verify -> remove the source container, its volumes and the checkpoints.
+
+Every step is journaled in the store before and after it runs; what settling needs later (the
+restart policy, the volumes) is journaled when preflight ends, before anything changes. Both
+copies carry restart policy "no" while the migration is open (the source from the freeze on, the
+target from its creation), so no engine restarts either behind our back, even after a power cut.
+Every way out, success included, goes through `settle.Settler`: it observes both nodes and acts
+only on what it sees (remove the source once the target runs; restore the source from its
+checkpoint when nothing runs; wait, IN_DOUBT, when a node that matters does not answer). The
+invariant: a container runs on at most one node at any time, and the latest checkpointed state
+is never destroyed before a copy runs from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.errors import MigrationError, NodeError, PeakpackError
+from peakpack.orchestrator.domain.model import Inventory, NodeSpec
+from peakpack.orchestrator.domain.inputs import container_name, node_name
+from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
+
+from . import spec
+from .copy import rsync, stream_image
+from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
+
+#: A hook called with the step name just before it runs (tests use it to break the target for
+#: real, e.g. by corrupting the transferred checkpoint); never reachable from the CLI.
+StepHook = Callable[[str], Awaitable[None]]
+
+#: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
+MIN_CRIU = (4, 2)
+#: options CRIU must read when runc calls it, so established TCP connections do not block a dump
+CRIU_RUNC_CONF = "/etc/criu/runc.conf"
+TCP_OPTIONS = ("tcp-close", "tcp-established")
+
+
+@dataclass
+class Timings:
+    checkpoint_ms: float | None = None
+    transfer_ms: float | None = None
+    restore_ms: float | None = None
+    frozen_ms: float | None = None
+    total_ms: float | None = None
+    bytes: int | None = None  # moved while the container was frozen
+    precopy_bytes: int | None = None
+    frozen_at: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    migration_id: int
+    container: str
+    source: str
+    target: str
+    state: MigrationState
+    reason: str | None
+    frozen_ms: float | None
+    total_ms: float | None
+    #: refused by preflight: nothing was changed on either node
+    refused: bool = False
+
+
+def criu_version(text: str) -> tuple[int, ...]:
+    """`criu --version` output -> (4, 2, 1); () when there is no Version line."""
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return tuple(int(p) for p in line.split(":", 1)[1].strip().split(".") if p.isdigit())
+    return ()
+
+
+def handles_tcp(runc_conf: str) -> bool:
+    """Whether a CRIU config (`/etc/criu/runc.conf`) tells CRIU what to do with established TCP
+    connections; without it a container with one cannot be checkpointed."""
+    return any(line.strip() in TCP_OPTIONS for line in runc_conf.splitlines())
+
+
+class Migration:
+    def __init__(self, ssh: SshPool, engines: EnginePool, store: Journal, inventory: Inventory, container: str,
+                 source: str, target: str, action_id: int | None = None, hook: StepHook | None = None,
+                 progress: Callable[[str], None] | None = None, bmc_power: PowerProbe | None = None,
+                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+        self.ssh, self.engines, self.store, self.inventory = ssh, engines, store, inventory
+        self.bmc_power = bmc_power
+        self.stop_requested = stop_requested
+        self.container = container_name(container)
+        self.source, self.target = node_name(source, "--from"), node_name(target, "--to")
+        self.action_id = action_id
+        self.hook = hook
+        self.progress = progress or (lambda _: None)
+        self.t = Timings()
+        self.mid = 0
+        self.src: dict[str, Any] = {}  # the source container's inspect document
+        self.facts = MigrationFacts()
+        self.target_id = ""
+        self.src_root = self.dst_root = ""
+        self.dst_upper = ""
+        self.dst_volume_dirs: dict[str, str] = {}
+        self.networks_to_create: list[dict[str, Any]] = []
+
+    async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
+                    nbytes: Callable[[], int | None] = lambda: None) -> None:
+        if self.hook is not None:
+            await self.hook(name)
+        self.progress(name)
+        sid = self.store.migrations.step_started(self.mid, name)
+        try:
+            detail = await fn()
+        except BaseException as exc:
+            self.store.migrations.step_finished(sid, ok=False, detail=_one_line(exc))
+            raise
+        self.store.migrations.step_finished(sid, ok=True, detail=detail, bytes=nbytes())
+
+    def _spec(self, node: str) -> NodeSpec:
+        return self.inventory.node(node)
+
+    async def run(self) -> MigrationResult:
+        for node in (self.source, self.target):
+            if node not in self.inventory.nodes_by_name:
+                raise MigrationError(f"{'--from' if node == self.source else '--to'}: {node} is not in the inventory")
+        if self.source == self.target:
+            raise MigrationError(f"--to: {self.container} already runs on {self.target}")
+        self.mid = self.store.migrations.begin(self.container, self.source, self.target, self.action_id)
+        try:
+            await self._step("preflight", self.preflight)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
+            return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        failure = None
+        try:
+            for name, fn, nbytes in (
+                ("creating", self.create, None), ("precopy", self.precopy, lambda: self.t.precopy_bytes),
+                ("checkpointing", self.checkpoint, None), ("transferring", self.transfer, lambda: self.t.bytes),
+                ("restoring", self.restore, None), ("verifying", self.verify, None),
+            ):
+                if self.t.frozen_at is None and self.stop_requested():
+                    raise MigrationError("the controller is stopping; nothing was frozen yet")
+                await self._step(name, fn, nbytes or (lambda: None))
+        except FencedError:
+            raise  # another controller leads now and settles this migration from the facts: hands off
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
+            failure = _one_line(exc)
+        return await self.settle(failure)
+
+    async def settle(self, failure: str | None) -> MigrationResult:
+        """Finish forward or back from what the nodes show (journaled as its own step)."""
+        if self.hook is not None:
+            await self.hook("settling")
+        self.progress("settling" if failure is None else "rolling back")
+        settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
+                          self.bmc_power, self.restore_timeout())
+        try:
+            sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+        except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
+            sid = None
+        state, reason = await settler.run(checkpointed=self.t.frozen_at is not None, failure=failure)
+        if self.t.frozen_at is not None and self.t.frozen_ms is None:
+            self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
+        try:
+            if sid is not None:
+                settled = state not in (MigrationState.IN_DOUBT, MigrationState.ROLLBACK_FAILED)
+                self.store.migrations.step_finished(sid, ok=settled, detail=reason)
+            if state is MigrationState.IN_DOUBT:
+                self.store.migrations.step_finished(self.store.migrations.step_started(self.mid, "in_doubt"), ok=False, detail=reason)
+                return self._result(state, reason)
+            return self._finish(state, reason)
+        except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
+            return self._result(state, reason)
+
+    # -- preflight: checks only, plus bringing the image -------------------------------------------
+
+    async def preflight(self) -> str:
+        src = await self.engines.inspect_container_or_none(self.source, self.container)
+        if src is None or not src["State"]["Running"]:
+            raise MigrationError(f"CONTAINER: {self.container} is not running on {self.source}; "
+                                 "see `docker ps` there")
+        self.src = src
+        on_source = await self._inspect_all(self.source)
+        why = spec.immovable(on_source).get(self.container)
+        if why:
+            raise MigrationError(f"{self.container}: cannot be live-migrated: {why}")
+        if await self.engines.inspect_container_or_none(self.target, self.container) is not None:
+            raise MigrationError(f"--to: {self.target} already has a container named {self.container}; remove it first")
+        on_target = [d for d in await self._inspect_all(self.target) if d["State"]["Running"]]
+        clashes = spec.ports_in_use(src, on_target)
+        if clashes:
+            raise MigrationError(f"--to: port {clashes[0]} is already published on {self.target}; "
+                                 "choose another node or free the port")
+        infos = await asyncio.gather(*(self.engines.call(n, lambda api: api.info()) for n in (self.source, self.target)))
+        for node, info in zip((self.source, self.target), infos):
+            if not info.get("ExperimentalBuild"):
+                raise NodeError(node, "dockerd runs without --experimental; checkpoint/restore needs it")
+            if info.get("Driver") != "overlay2":
+                raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
+                                      "copied only between overlay2 engines")
+        self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
+        versions, (here, there) = await asyncio.gather(
+            asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
+            asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
+        )
+        if versions[0] != versions[1]:
+            raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "
+                                 "install the same version on both")
+        why_not = spec.why_not_onto(src, here, there, self.target)
+        if why_not is not None:
+            raise MigrationError(f"--to: {why_not}")
+        for name in spec.user_networks(src):
+            if name not in here.networks:
+                raise NodeError(self.source, f"network {name} of {self.container} is gone")
+            if name not in there.networks:
+                self.networks_to_create.append(spec.network_create_args(here.networks[name]))
+        await self._ensure_image()
+        self.facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
+                           volumes=tuple(v.name for v in spec.volumes(src)),
+                           summary=f"criu {versions[0]}, image {src['Config']['Image']}")
+        return self.facts.dumps()  # journaled before anything changes: settling may need it
+
+    async def _inspect_all(self, node: str) -> list[dict[str, Any]]:
+        def all_containers(api: Any) -> list[dict[str, Any]]:
+            return [api.inspect_container(c["Id"]) for c in api.containers(all=True)]
+
+        return await self.engines.call(node, all_containers)
+
+    async def _criu(self, node: str) -> str:
+        res = await self.ssh.run(node, ["criu", "check"], check=False)
+        if not res.ok or "Looks good" not in res.stdout + res.stderr:
+            raise NodeError(node, "`criu check` fails; install CRIU >= 4.2 (scripts/install-system-deps.sh)")
+        version = criu_version((await self.ssh.run(node, ["criu", "--version"])).stdout)
+        if version < MIN_CRIU:
+            raise NodeError(node, f"CRIU {'.'.join(map(str, version)) or '?'} cannot dump TCP sockets on this "
+                                  "kernel; install CRIU >= 4.2 (scripts/build-criu.sh)")
+        conf = await self.ssh.run(node, ["cat", CRIU_RUNC_CONF], check=False)
+        if not handles_tcp(conf.stdout):
+            raise NodeError(node, f"{CRIU_RUNC_CONF} does not say tcp-close; add that line so open TCP "
+                                  "connections are closed on restore instead of blocking the checkpoint")
+        return ".".join(map(str, version))
+
+    async def _node_facts(self, node: str, paths: Sequence[str]) -> spec.NodeFacts:
+        """The facts `spec.why_not_onto` judges, read as the observer reads them."""
+        return spec.parse_node_facts(node, (await self.ssh.run(node, spec.node_facts_argv(paths), timeout=60)).stdout)
+
+    async def _volume_or_none(self, node: str, name: str) -> dict[str, Any] | None:
+        return await self.engines.call_or_none(node, lambda api: api.inspect_volume(name))
+
+    async def _ensure_image(self) -> None:
+        """The target must hold the very image the source runs (same ID) under the name the
+        container was created with: pulled by digest when the target reaches a registry, else
+        streamed by ID from the source's engine (the source's tag may point elsewhere by now, e.g.
+        after another migration brought a different build of the same name), then tagged."""
+        ref, want = self.src["Config"]["Image"], self.src["Image"]
+
+        async def image_id(name: str) -> str | None:
+            got = await self.engines.call_or_none(self.target, lambda api: api.inspect_image(name))
+            return None if got is None else str(got["Id"])
+
+        if await image_id(want) is None:
+            digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
+            for digest in digests or ():
+                try:
+                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                    break
+                except (EngineAPIError, PeakpackError):
+                    continue
+        if await image_id(want) is None:
+            try:
+                await stream_image(self.ssh, self.source, want, self._spec(self.target))
+            except PeakpackError as exc:
+                raise MigrationError(f"--to: {self.target} lacks image {ref} and it could not be brought from "
+                                     f"{self.source} ({_one_line(exc)}); load it there first") from None
+        tag = spec.repository_tag(ref)
+        if tag is not None and await image_id(ref) != want:
+            await self.engines.call(self.target, lambda api: api.tag(want, tag[0], tag[1], force=True))
+        if await image_id(ref) != want:
+            raise MigrationError(f"--to: image {ref} on {self.target} is not the one {self.container} runs "
+                                 f"({want[:19]}); load the same image there")
+
+    # -- the transaction ------------------------------------------------------------------------
+
+    async def create(self) -> str:
+        """Networks, volumes and the container on the target; the container with restart policy
+        "no" until the migration ends (the operator's policy is set when it is settled)."""
+        for args in self.networks_to_create:
+            await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
+        volume_dirs: dict[str, str] = {}
+        for v in spec.volumes(self.src):
+            theirs = await self._volume_or_none(self.source, v.name) or {}
+            await self.engines.call(self.target, lambda api, name=v.name, t=theirs: api.create_volume(
+                name, driver="local", driver_opts=t.get("Options") or None, labels=t.get("Labels") or None))
+            volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
+        self.dst_volume_dirs = volume_dirs
+        body, more_networks = spec.create_body(self.src, source_address=self._spec(self.source).address,
+                                               target_address=self._spec(self.target).address)
+        body["HostConfig"]["RestartPolicy"] = dict(NO_RESTART)
+        made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
+        self.target_id = str(made["Id"])
+        for net, endpoint in more_networks.items():
+            await self.engines.call(self.target, lambda api, n=net, e=endpoint: api.connect_container_to_network(
+                self.target_id, n, aliases=e.get("Aliases"), links=e.get("Links"),
+                ipv4_address=(e.get("IPAMConfig") or {}).get("IPv4Address"),
+                ipv6_address=(e.get("IPAMConfig") or {}).get("IPv6Address"), driver_opt=e.get("DriverOpts")))
+        made_inspect = await self.engines.call(self.target, lambda api: api.inspect_container(self.target_id))
+        self.dst_upper = str(made_inspect["GraphDriver"]["Data"]["UpperDir"])
+        return self.target_id[:12]
+
+    def _copies(self) -> list[tuple[str, str]]:
+        """(source folder, target folder) pairs of the container's files: its writable layer and
+        every volume."""
+        pairs = [(str(self.src["GraphDriver"]["Data"]["UpperDir"]) + "/", self.dst_upper + "/")]
+        for m in self.src.get("Mounts") or ():
+            if m.get("Type") == "volume":
+                pairs.append((str(m["Source"]) + "/", self.dst_volume_dirs[m["Name"]] + "/"))
+        return pairs
+
+    async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
+        target = self._spec(self.target)
+        done = await asyncio.gather(*(rsync(self.ssh, self.source, a, target, b) for a, b in pairs))
+        return sum(c.bytes_sent for c in done)
+
+    async def precopy(self) -> str:
+        """While the container runs: most of its files reach the target before the freeze."""
+        self.t.precopy_bytes = await self._copy_all(self._copies())
+        # flush what was written before the freeze, so the dump does not queue behind it
+        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
+        return f"{self.t.precopy_bytes} bytes"
+
+    @property
+    def src_checkpoint(self) -> str:
+        return checkpoint_path(self.src_root, str(self.src["Id"]), self.mid)
+
+    @property
+    def dst_checkpoint(self) -> str:
+        return checkpoint_path(self.dst_root, self.target_id, self.mid)
+
+    async def checkpoint(self) -> None:
+        """Hold the source's restart policy at "no" (the checkpoint stops it; no engine may restart
+        it), then freeze, dump and stop it."""
+        if self.facts.restart_policy.get("Name") not in (None, "", "no"):
+            await self.engines.call(self.source, lambda api: api.update_container(self.container,
+                                                                                   restart_policy=NO_RESTART))
+        t0 = time.monotonic()
+        self.t.frozen_at = t0
+        # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
+        await self.ssh.run(self.source, ["docker", "checkpoint", "create", self.container, checkpoint_name(self.mid)],
+                           timeout=900)
+        self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
+
+    async def transfer(self) -> str:
+        """While frozen: only what changed since the pre-copy, and the checkpoint itself."""
+        t0 = time.monotonic()
+        partial = self.dst_checkpoint + ".partial"
+        self.t.bytes = await self._copy_all([*self._copies(), (self.src_checkpoint + "/", partial + "/")])
+        # renamed only once complete: a checkpoint folder on the target is always a whole one
+        await self.ssh.run(self.target, ["mv", "-T", partial, self.dst_checkpoint])
+        self.t.transfer_ms = (time.monotonic() - t0) * 1000
+        return f"{self.t.bytes} bytes while frozen"
+
+    def restore_timeout(self) -> float:
+        """CRIU restores at ~25 MB/s here; allow 5 MB/s plus a minute before calling it stuck."""
+        return 60.0 + (self.t.bytes or 0) / 5e6
+
+    async def restore(self) -> None:
+        t0 = time.monotonic()
+        await self.ssh.run(self.target, ["docker", "start", "--checkpoint", checkpoint_name(self.mid), self.container],
+                           timeout=self.restore_timeout())
+        self.t.restore_ms = (time.monotonic() - t0) * 1000
+        if self.t.frozen_at is not None:
+            self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
+
+    async def verify(self) -> None:
+        await asyncio.sleep(0.3)
+        got = await self.engines.inspect_container_or_none(self.target, self.container)
+        if got is None or not got["State"]["Running"]:
+            raise MigrationError(f"{self.container}: restored on {self.target} but not running")
+
+    def _finish(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
+        result = self._result(state, reason, refused)
+        self.store.migrations.finish(
+            self.mid, state, reason, checkpoint_ms=self.t.checkpoint_ms, transfer_ms=self.t.transfer_ms,
+            restore_ms=self.t.restore_ms, frozen_ms=self.t.frozen_ms, total_ms=self.t.total_ms, bytes=self.t.bytes,
+        )
+        return result
+
+    def _result(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
+        self.t.total_ms = (time.monotonic() - self.t.started) * 1000
+        return MigrationResult(self.mid, self.container, self.source, self.target, state, reason,
+                               self.t.frozen_ms, self.t.total_ms, refused)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:500]

@@ -1,0 +1,360 @@
+"""The epoch loop: observe -> plan -> journal -> execute -> record, driven by APScheduler.
+
+The controller owns no placement or node logic: it wires the observer (or a snapshot file), the
+pure planner, the store and, outside dry runs, the executors and the power policy (`Services`).
+It acts only while it holds the store's lease (`leadership.Lease`: renewed in the background,
+every write fenced with its token); `serve` waits for the lease as a hot standby, reconciles the
+journal with the nodes whenever it starts to lead, and stops acting the moment the lease is lost.
+On SIGTERM it lets the action in flight finish and skips the rest. A reconciliation that fails is
+logged and the epoch goes on: the unsettled migrations keep both their nodes held. A node that
+an unsettled migration waits for while its container runs nowhere is woken before planning
+(`wakes_for_unsettled`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from rich.console import Console
+
+from ..decide.solve import Unsettled
+from ..domain.config import demo_snapshot, load_snapshot
+from ..domain.errors import FencedError, PeakpackError
+from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.plan import ActionKind, Plan
+from ..domain.ports import Journal, Services
+from ..domain.records import EnergyRow
+from ..domain.states import PlanStatus
+from .apply import ApplyResult, apply_plan
+from .epoch import execute_plan, propose_plan, settle_unfinished
+from .executor import ExecutionReport
+from .leadership import Lease, lease_ttl
+from .metrics import ControllerMetrics
+
+
+def wakes_for_unsettled(inventory: Inventory, observed: ClusterSnapshot, unsettled: Iterable[Unsettled],
+                        quarantined: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Nodes to power on so that unsettled migrations can end (node -> why), and what an operator
+    must do where peakpack may not switch the node.
+
+    A migration waits while a node that its BMC confirms off may hold its container's only state
+    (a checkpoint on its disk). While the container runs on no node, waiting changes nothing, so
+    that node is woken when it is power-managed and not quarantined: nothing of the migration
+    starts there by itself (restart policy "no"), and settling decides once it answers. A node
+    that could not be observed (`observed.held`, before the migrations' holds are added) may run
+    the container, so then nothing is woken for that migration."""
+    running = {c.name for c in observed.containers}
+    off = {n.name for n in observed.nodes if not n.powered}
+    wake: dict[str, str] = {}
+    advice: list[str] = []
+    for m in unsettled:
+        nodes = (m.source, m.target)
+        if m.container in running or any(n in observed.held for n in nodes):
+            continue
+        for node in (n for n in nodes if n in off):
+            spec = inventory.node(node)
+            why_not = ("it is not power-managed" if not spec.power_managed
+                       else f"it is quarantined ({quarantined[node]})" if node in quarantined else None)
+            if why_not is None:
+                wake.setdefault(node, f"migration {m.id} of {m.container} runs nowhere and waits for {node}")
+            else:
+                advice.append(f"migration {m.id} of {m.container} runs nowhere and waits for {node}, which is off "
+                              f"and {why_not}: power it on by hand, then `peakpack reconcile`")
+    return wake, advice
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    dry_run: bool = True
+    policy: str = "peakpack"
+    time_limit_s: float | None = None  # None: the inventory's `[planner].time_limit_s`
+    epoch_seconds: int = 600
+    snapshot_path: Path | None = None
+    demo: bool = False
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+    #: seconds a dead leader's lease keeps a standby waiting; None: `leadership.lease_ttl(epoch)`
+    lease_ttl_s: float | None = None
+    #: `serve --approve`: store each epoch's plan RECOMMENDED for a person; execute nothing unasked
+    approve: bool = False
+
+
+class Controller:
+    def __init__(
+        self,
+        inventory: Inventory,
+        store: Journal,
+        settings: ControllerSettings,
+        console: Console | None = None,
+        services: Services | None = None,
+        observe: Callable[[], ClusterSnapshot] | None = None,
+    ) -> None:
+        """`services`: what a live controller acts through (None: it only plans); `observe`: how a
+        controller without services sees the live cluster (`serve --dry-run`), when there is
+        neither a snapshot file nor the demo."""
+        self.inventory = inventory
+        self.store = store
+        self.settings = settings
+        self._observer = observe
+        self.console = console or Console(stderr=True)
+        # every energy row stored reaches the counter, from an epoch or from an approved plan
+        self.services = None if services is None else replace(
+            services, account_energy=self._counting(services.account_energy))
+        self.metrics = ControllerMetrics()
+        ttl = settings.lease_ttl_s if settings.lease_ttl_s is not None else lease_ttl(settings.epoch_seconds)
+        self.lease = Lease(store, ttl, role="serve", log=self.log)
+        self.owner = self.lease.owner
+        self._stop = threading.Event()
+        self._acting = threading.Lock()  # an epoch and an approved plan never run at once
+        self._started = False
+        self._reconciled = False
+        self._metrics_served = False
+        if not settings.dry_run and services is None:
+            raise ValueError("a live controller needs Services")
+
+    def log(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    # -- one epoch ------------------------------------------------------------------------------
+
+    def _observe(self) -> ClusterSnapshot:
+        """What the cluster looks like now. A snapshot file is re-read every epoch, so an operator
+        can update it in place."""
+        if self.settings.snapshot_path is not None:
+            return load_snapshot(self.settings.snapshot_path, self.inventory)
+        if self.settings.demo:
+            return demo_snapshot(self.inventory)
+        if self.services is not None:
+            return self.services.observe()
+        if self._observer is None:
+            raise ValueError("a controller needs a snapshot, the demo, Services or an observer")
+        return self._observer()
+
+    def reconcile(self) -> None:
+        """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
+        start and at every epoch, so a running controller never plans around stale facts. A
+        failure is logged and the epoch goes on: what stays unsettled keeps its nodes held, and
+        the other nodes can still be planned and woken."""
+        if self.settings.dry_run or self.services is None:
+            return
+        try:
+            lines = settle_unfinished(self.store, self.services)
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - retried at the next epoch
+            self.log(f"reconcile failed: {type(exc).__name__}: {exc}; unsettled migrations keep their nodes held")
+            return
+        for line in lines:
+            self.log(f"reconcile: {line}")
+
+    def _wake_for_unsettled(self, observed: ClusterSnapshot) -> bool:
+        """Power on (the journaled power-on path) the nodes `wakes_for_unsettled` names; True when
+        one woke, so that the caller reconciles again."""
+        assert self.services is not None
+        wake, advice = wakes_for_unsettled(self.inventory, observed, self.store.migrations.unfinished(),
+                                           self.store.power.quarantined())
+        for line in advice:
+            self.log(f"unsettled: {line}")
+        woke = False
+        for node, why in wake.items():
+            self.log(f"waking {node}: {why}")
+            try:
+                self.services.ops.power_on(node, why)
+                woke = True
+            except FencedError:
+                raise  # another controller leads: it wakes what still needs waking
+            except PeakpackError as exc:
+                self.log(f"waking {node} failed: {exc}")
+        return woke
+
+    def start(self) -> None:
+        """Take the lease now or fail with one line naming its holder, then take office."""
+        if self._started:
+            return
+        self.lease.acquire()
+        self._take_office()
+
+    def _take_office(self) -> None:
+        """Before acting, a new leader repairs what its predecessor (or its own crash) left
+        ONGOING: the journal says what was in flight, the nodes say how it ended."""
+        self._started = True
+        if self.metrics_port is not None and not self._metrics_served:
+            self.metrics.serve(self.metrics_port, self.settings.metrics_addr)
+            self._metrics_served = True
+        self.reconcile()
+        self._reconciled = True  # the first epoch need not do it again
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.settings.metrics_port
+
+    def _stopping(self) -> bool:
+        """The executor starts no new action once we stop or may no longer lead."""
+        return self._stop.is_set() or self.lease.lost.is_set()
+
+    def finish(self) -> None:
+        self.lease.release()
+        self._started = False
+        if self.services is not None:
+            self.services.close()
+
+    def run_epoch(self) -> Plan:
+        self.start()
+        self.lease.check()
+        if self._reconciled:
+            self._reconciled = False  # taking office has just reconciled
+        else:
+            self.reconcile()
+        for m in self.store.migrations.unfinished():  # listed first: the plan holds both their nodes
+            self.log(f"unsettled: migration {m.id} of {m.container} ({m.source} -> {m.target}) is {m.state.value}"
+                     + (f": {m.reason}" if m.reason else ""))
+        self.store.plans.expire()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
+        live = None if self.settings.dry_run else self.services
+        observed = self._observe()
+        if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
+            self.reconcile()  # what waited for the woken node is settled before planning
+            observed = self._observe()
+        if live is not None:
+            live.account_energy(observed, None)  # closes the interval since the last epoch
+        auto = live is not None and not self.settings.approve
+        proposal = propose_plan(
+            self.store, self.inventory, observed, status=PlanStatus.APPLYING if auto else PlanStatus.RECOMMENDED,
+            dry_run=self.settings.dry_run, remember=True, policy=self.settings.policy,
+            time_limit_s=self.settings.time_limit_s, adjust=None if live is None else live.adjust_plan)
+        plan, plan_id = proposal.plan, proposal.plan.plan_id
+        assert plan_id is not None
+        if proposal.forecasts:
+            self.log("demand: " + ", ".join(f"{sum(1 for f in proposal.forecasts.values() if f.source == s)} {s}"
+                                            for s in ("forecast", "label", "observed")))
+        self.metrics.observe_plan(plan)
+        self.log(
+            f"epoch: plan {plan_id} with {len(plan.actions)} action(s), "
+            f"{plan.before.power_w:.0f} W -> {plan.after.power_w:.0f} W"
+            + (" (dry run)" if plan.dry_run else "")
+        )
+        if not auto or live is None:
+            if self.settings.approve and plan.actions:
+                self.log(f"plan {plan_id} is RECOMMENDED: `peakpack plan show {plan_id}` prints it; approve it on "
+                         "the web page (serve --http-port), which runs it between epochs")
+            return plan
+        self.lease.check()
+        outcome = execute_plan(self.store, live, plan, plan_id, log=self.log, stop_requested=self._stopping)
+        self._record(plan, outcome.report)
+        return plan
+
+    def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
+                  ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:
+        """`account` that also adds each node's row to the energy counter."""
+        def counted(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
+            rows = account(snapshot, plan_id)
+            for row in rows:
+                if row.container is None:  # per-container rows split the node's energy: not counted twice
+                    self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
+            return rows
+        return counted
+
+    def _record(self, plan: Plan, report: ExecutionReport) -> None:
+        ids = self.store.plans.action_ids(report.plan_id)
+        for aid, action in zip(ids, plan.actions, strict=True):
+            state = report.states.get(aid)
+            if state is None:
+                continue
+            if action.kind is ActionKind.MIGRATE:
+                self.metrics.migrations.labels(state.value).inc()
+            else:
+                self.metrics.power_actions.labels(action.kind.value, state.value).inc()
+        done = {state.value: report.count(state) for state in set(report.states.values())}
+        if done:
+            self.log("executed: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(done.items())))
+        self.metrics.epochs.labels("with_errors" if report.errors else "ok").inc()
+
+    # -- the service ----------------------------------------------------------------------------
+
+    def apply_stored(self, plan_id: int, *, partial: bool, decided_by: str) -> ApplyResult:
+        """Apply a RECOMMENDED plan from inside this leading controller (the web page's approve
+        button under `serve --approve`): under this process's lease, never during an epoch."""
+        if self.services is None:
+            raise PeakpackError(f"plan {plan_id}: this controller runs --dry-run; it cannot apply plans")
+        with self._acting:
+            self.lease.check()
+            return apply_plan(self.store, self.inventory, plan_id, partial=partial, decided_by=decided_by,
+                              services=self.services, take_lease=False, log=self.log,
+                              stop_requested=self._stopping)
+
+    def _epoch_job(self) -> None:
+        try:
+            with self._acting:
+                self.run_epoch()
+        except FencedError as exc:  # another controller leads: act no more, stand by again
+            self.lease.lose(str(exc))
+            self.log(f"epoch stopped: {exc}")
+        except PeakpackError as exc:  # one bad epoch must not kill the service
+            self.log(f"epoch failed: {exc}")
+            self.metrics.epochs.labels("failed").inc()
+        except Exception as exc:  # noqa: BLE001 - an unexpected bug is logged with its type, then the next epoch
+            self.log(f"epoch failed with an internal error: {type(exc).__name__}: {exc}")
+            self.metrics.epochs.labels("failed").inc()
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def run_once(self) -> Plan:
+        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self.run_epoch()
+        finally:
+            self.finish()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def run_forever(self) -> None:
+        """Lead (or stand by until this process may) until SIGTERM/SIGINT; a leader that loses
+        the lease stops acting and stands by again. The action in flight finishes, the rest are
+        skipped."""
+        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not self._stop.is_set():
+                if not self.lease.wait(self._stop):
+                    break
+                self.log(f"leading {self.inventory.cluster.name} as {self.owner} (lease token {self.lease.token}, "
+                         f"renewed every {self.lease.ttl_s / 3:.3g}s)")
+                try:
+                    self._take_office()
+                    self._lead()
+                except FencedError as exc:  # taken over while reconciling
+                    self.lease.lose(str(exc))
+                if self.lease.lost.is_set() and not self._stop.is_set():
+                    self.lease.release()
+                    self._started = False
+                    self.log("standing by again")
+        finally:
+            self.finish()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self.log("stopped")
+
+    def _lead(self) -> None:
+        """Epochs on a scheduler until we stop or lose the lease."""
+        scheduler = BackgroundScheduler()
+        scheduler.add_job(
+            self._epoch_job,
+            "interval",
+            seconds=self.settings.epoch_seconds,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(timezone.utc),
+        )
+        scheduler.start()
+        self.log(f"serving {self.inventory.cluster.name}: one epoch every {self.settings.epoch_seconds}s")
+        try:
+            while not self._stop.wait(0.5) and not self.lease.lost.is_set():
+                pass
+        finally:
+            self.log(("lease lost" if self.lease.lost.is_set() else "stopping") + ": waiting for the action in flight")
+            scheduler.shutdown(wait=True)

@@ -1,0 +1,34 @@
+"""Prometheus metrics of the controller (`serve --metrics-port`). One registry per controller so
+tests and several controllers in one process do not collide."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from ..domain.plan import Plan
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.nodes_on = Gauge("peakpack_nodes_on", "Powered nodes after the last epoch", registry=self.registry)
+        self.power_w = Gauge("peakpack_power_watts", "Modelled cluster power after the last plan",
+                             registry=self.registry)
+        self.energy_j = Counter("peakpack_energy_joules", "Node energy by source: rapl and dcmi are measured, "
+                                "model is the power curve at the measured load", ["node", "source"],
+                                registry=self.registry)
+        self.migrations = Counter("peakpack_migrations", "Finished migrations by final state", ["state"],
+                                  registry=self.registry)
+        self.power_actions = Counter("peakpack_power_actions", "Power actions by kind and result",
+                                     ["action", "state"], registry=self.registry)
+        self.plan_seconds = Histogram("peakpack_plan_seconds", "Solver time per epoch", registry=self.registry,
+                                      buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.epochs = Counter("peakpack_epochs", "Epochs by outcome", ["outcome"], registry=self.registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def observe_plan(self, plan: Plan) -> None:
+        self.plan_seconds.observe(plan.solver.seconds)
+        self.nodes_on.set(plan.after.nodes_on)
+        self.power_w.set(plan.after.power_w)

@@ -1,0 +1,176 @@
+"""A mutable working placement with per-node totals, shared by the baselines and the search.
+
+It keeps what the objective needs incrementally (CPU and memory per node, devils per node,
+members of each group per node) so a candidate move is priced for every node at once in numpy.
+The prices are exact differences of `objective.evaluate`; `test_planner_objective` checks that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import numpy as np
+
+from ...domain.plan import SolverReport
+from .bounds import lower_bound
+from .instance import Instance
+from .objective import evaluate
+from .problem import Placement
+
+
+class Packing:
+    """Where each container is (node index) and which nodes are on; totals kept in step."""
+
+    def __init__(
+        self, inst: Instance, assign: np.ndarray | None = None, on: np.ndarray | None = None
+    ):
+        self.inst = inst
+        self.assign = (inst.orig if assign is None else assign).copy()
+        self.on = (inst.initially_on if on is None else on).copy()
+        #: the disruption budget (None: no limit); `heuristic.repair` may raise the migration
+        #: limit to what fixing the caps takes, since a cap violation is never left standing
+        self.migration_limit = inst.max_migrations
+        self.power_off_limit = inst.max_power_offs
+        n = inst.n_nodes
+        self.load = np.bincount(self.assign, inst.cpu, minlength=n).astype(float)
+        self.mem = np.bincount(self.assign, inst.mem, minlength=n).astype(float)
+        self.devils = np.bincount(self.assign[inst.devil], minlength=n).astype(np.int64)
+        self.members: list[set[int]] = [set() for _ in range(n)]
+        for c, node in enumerate(self.assign.tolist()):
+            self.members[node].add(c)
+        self.groups: dict[int, Counter[int]] = {}
+        for c in np.flatnonzero(inst.group >= 0):
+            self.groups.setdefault(int(inst.group[c]), Counter())[int(self.assign[c])] += 1
+
+    def copy(self) -> Packing:
+        twin = Packing(self.inst, self.assign, self.on)
+        twin.migration_limit = self.migration_limit
+        return twin
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def move(self, c: int, t: int) -> None:
+        inst = self.inst
+        s = int(self.assign[c])
+        if s == t:
+            return
+        self.assign[c] = t
+        self.load[s] -= inst.cpu[c]
+        self.load[t] += inst.cpu[c]
+        self.mem[s] -= inst.mem[c]
+        self.mem[t] += inst.mem[c]
+        self.members[s].discard(c)
+        self.members[t].add(c)
+        if inst.devil[c]:
+            self.devils[s] -= 1
+            self.devils[t] += 1
+        g = int(inst.group[c])
+        if g >= 0:
+            counter = self.groups[g]
+            counter[s] -= 1
+            if counter[s] == 0:
+                del counter[s]
+            counter[t] += 1
+
+    def power_off_empty(self) -> None:
+        """Switch off every node that hosts nothing and may be switched off."""
+        empty = np.array([not m for m in self.members], dtype=bool)
+        self.on &= ~(empty & self.inst.can_off)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def fits(self, c: int, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Bool mask (over all nodes, or over `nodes`) of powered, allowed nodes c fits on now.
+
+        The node c is on counts as fitting (staying is always possible).
+        """
+        inst = self.inst
+        idx = slice(None) if nodes is None else nodes
+        room = inst.fits(self.load[idx] + inst.cpu[c], self.mem[idx] + inst.mem[c], idx)
+        return self.on[idx] & inst.allowed(c)[idx] & room
+
+    def migrations(self) -> int:
+        """Containers away from the node they run on now."""
+        return int((self.assign != self.inst.orig).sum())
+
+    def power_offs(self) -> int:
+        """Nodes on now that this placement switches off."""
+        return int((self.inst.initially_on & ~self.on).sum())
+
+    def within_budget(self) -> bool:
+        """Whether the migrations and power-offs fit the disruption budget."""
+        return (self.migration_limit is None or self.migrations() <= self.migration_limit) and (
+            self.power_off_limit is None or self.power_offs() <= self.power_off_limit
+        )
+
+    def over_cap(self) -> np.ndarray:
+        """Bool mask of nodes whose CPU or memory load does not fit their capacity."""
+        return ~self.inst.fits(self.load, self.mem)
+
+    def misplaced(self) -> list[int]:
+        """Containers on a node they may not run on (ineligible, or switched off)."""
+        bad = [c for c, mask in self.inst.eligible.items() if not mask[self.assign[c]]]
+        bad += [c for c in np.flatnonzero(~self.on[self.assign]).tolist() if c not in bad]
+        return bad
+
+    def move_delta(self, c: int, targets: np.ndarray) -> np.ndarray:
+        """Objective change (W) of moving c from its node to each of `targets` (on or not).
+
+        The source's power change is included; switching nodes on or off is not (callers add
+        idle power when they wake or empty a node).
+        """
+        inst, w = self.inst, self.inst.problem.weights
+        s = int(self.assign[c])
+        cpu = inst.cpu[c]
+        delta = inst.power(targets, self.load[targets] + cpu) - inst.power(
+            targets, self.load[targets]
+        )
+        delta += inst.power1(s, self.load[s] - cpu) - inst.power1(s, self.load[s])
+        cost = inst.mig_cost[c]
+        delta += np.where(targets != inst.orig[c], cost, 0.0) - (cost if s != inst.orig[c] else 0.0)
+        if inst.devil[c]:
+            delta += w.contention_w * (self.devils[targets] - (self.devils[s] - 1))
+        g = int(inst.group[c])
+        if g >= 0:
+            counter = self.groups[g]
+            present = np.isin(targets, np.fromiter(counter.keys(), dtype=np.int64))
+            delta += w.affinity_w * (~present) - (w.affinity_w if counter[s] == 1 else 0.0)
+        delta[targets == s] = 0.0
+        return delta
+
+    def local_objective(self, nodes: list[int], containers: list[int]) -> float:
+        """The objective terms that nodes and containers can change (see objective.evaluate):
+        power and devil pairs of `nodes`, moves of `containers`, spans of their groups."""
+        inst, w = self.inst, self.inst.problem.weights
+        total = sum(inst.power1(n, self.load[n]) for n in nodes if self.on[n])
+        k = self.devils[nodes]
+        total += w.contention_w * float((k * (k - 1) // 2).sum())
+        cs = np.asarray(containers, dtype=np.int64)
+        total += float(inst.mig_cost[cs][self.assign[cs] != inst.orig[cs]].sum())
+        groups = {int(g) for g in inst.group[cs] if g >= 0}
+        total += w.affinity_w * sum(len(self.groups[g]) - 1 for g in groups)
+        return total
+
+    def mapping(self) -> tuple[dict[str, str], frozenset[str]]:
+        """The placement by name: container -> node, and the powered nodes."""
+        inst = self.inst
+        assignment = {inst.names[c]: inst.node_names[n] for c, n in enumerate(self.assign.tolist())}
+        return assignment, frozenset(inst.node_names[n] for n in np.flatnonzero(self.on))
+
+    def objective(self) -> float:
+        return evaluate(self.inst.problem, *self.mapping()).total
+
+    def result(
+        self, status: str, started: float, cap: float | None = None, bound: float | None = None
+    ) -> Placement:
+        """The Placement, scored by `objective.evaluate` and bounded by `bounds.lower_bound`
+        (at the problem's cap, also for policies with their own, so gaps compare)."""
+        inst = self.inst
+        assignment, powered = self.mapping()
+        score = evaluate(inst.problem, assignment, powered).total
+        if bound is None:
+            bounded = inst if inst.cap == inst.problem.cpu_cap else Instance.build(inst.problem)
+            bound = lower_bound(bounded)
+        report = SolverReport(status, time.perf_counter() - started, float(score), float(bound))
+        return Placement(assignment, powered, report, cap)

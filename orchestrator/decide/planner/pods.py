@@ -1,0 +1,118 @@
+"""Decomposition for problems past what one process plans in seconds (~100,000 containers).
+
+1. Partition the nodes into pods of about `Peakpack.pod_nodes`, dealing each node type (and
+   powered / off, busy / idle) round-robin so every pod is a small copy of the cluster; each
+   container belongs to the pod of the node it runs on.
+2. Solve the pods in parallel with `concurrent.futures.ProcessPoolExecutor` (forkserver: safe
+   in a threaded caller, like the controller's scheduler), each with the ordinary single-pod
+   planner and a share of the time limit.
+3. Refine across pods in this process: place what a pod could not (a container whose eligible
+   nodes are all elsewhere), drain each pod's least utilised nodes into any pod's spare room,
+   untangle devils and groups, then large-neighbourhood search over the whole cluster.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+import numpy as np
+
+from ...domain.model import ClusterSnapshot, Inventory
+from .heuristic import consolidate, repair, untangle
+from .instance import Instance
+from .packing import Packing
+from .problem import PlacementProblem, Policy
+from .search import Outcome, SearchOptions, improve
+
+#: Share of the remaining time the pods get; the rest is for refining across them.
+POD_SHARE = 0.6
+#: Share of each pod's powered nodes, the least utilised, that refinement tries to drain.
+REFINE_SHARE = 0.15
+
+
+def partition(inst: Instance, pod_nodes: int) -> list[np.ndarray]:
+    """Usable node indices dealt into pods that each look like the whole cluster."""
+    nodes = np.flatnonzero(inst.usable)
+    count = max(1, -(-len(nodes) // pod_nodes))
+    load = np.bincount(inst.orig, inst.cpu, minlength=inst.n_nodes)[nodes]
+    order = nodes[np.lexsort((nodes, -load, ~inst.initially_on[nodes], inst.node_type[nodes]))]
+    return [np.sort(order[i::count]) for i in range(count)]
+
+
+def subproblem(
+    problem: PlacementProblem, inst: Instance, pod: np.ndarray, time_limit_s: float
+) -> PlacementProblem:
+    """The pod as a problem of its own: its nodes, the containers on them, eligibility within."""
+    names = {inst.node_names[n] for n in pod.tolist()}
+    inv = problem.inventory
+    snap = problem.snapshot
+    containers = tuple(c for c in snap.containers if c.node in names)
+    eligible = {
+        c.name: problem.eligible[c.name] & names for c in containers if c.name in problem.eligible
+    }
+    return replace(
+        problem,
+        inventory=Inventory(
+            inv.cluster, tuple(s for s in inv.nodes if s.name in names), inv.source
+        ),
+        snapshot=ClusterSnapshot(
+            tuple(n for n in snap.nodes if n.name in names), containers, snap.version, snap.taken_at
+        ),
+        eligible=eligible,
+        time_limit_s=time_limit_s,
+        cap=problem.cpu_cap,
+    )
+
+
+def _solve_pod(
+    policy: Policy, problem: PlacementProblem
+) -> tuple[dict[str, str], frozenset[str]]:
+    placement = policy.solve(problem)
+    return dict(placement.assignment), placement.powered
+
+
+def solve_in_pods(
+    single: Policy, pod_nodes: int, search: SearchOptions, inst: Instance, deadline: float, bound: float
+) -> tuple[Packing, Outcome]:
+    """Pods in parallel, then refinement across them (see the module docstring). `single` solves
+    one pod (a picklable policy that never splits again); `pod_nodes` is a pod's size."""
+    problem = inst.problem
+    pods = partition(inst, pod_nodes)
+    workers = max(1, min(os.cpu_count() or 1, len(pods)))  # one process per core
+    rounds = -(-len(pods) // workers)
+    share = max(deadline - time.perf_counter(), 0.0) * POD_SHARE / rounds
+    subs = [subproblem(problem, inst, pod, share) for pod in pods]
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        answers = list(pool.map(_solve_pod, [single] * len(subs), subs))
+    index = {name: i for i, name in enumerate(inst.node_names)}
+    assign = inst.orig.copy()
+    on = inst.initially_on.copy()
+    position = {name: i for i, name in enumerate(inst.names)}
+    for pod, (assignment, powered) in zip(pods, answers):
+        for name, node in assignment.items():
+            assign[position[name]] = index[node]
+        for n in pod.tolist():
+            on[n] = inst.node_names[n] in powered
+    pack = Packing(inst, assign, on)
+    repair(pack)
+    consolidate(pack, candidates=_least_utilised(pack, pods))
+    untangle(pack)
+    return pack, improve(pack, deadline, search, problem.seed, bound)
+
+
+def _least_utilised(pack: Packing, pods: list[np.ndarray]) -> np.ndarray:
+    """Mask of each pod's least utilised powered nodes: where cross-pod draining can pay."""
+    inst = pack.inst
+    mask = np.zeros(inst.n_nodes, dtype=bool)
+    for pod in pods:
+        powered = pod[pack.on[pod] & inst.can_off[pod]]
+        if len(powered) == 0:
+            continue
+        util = pack.load[powered] / inst.cpu_cap[powered]
+        keep = max(1, int(len(powered) * REFINE_SHARE))
+        mask[powered[np.argsort(util, kind="stable")[:keep]]] = True
+    return mask

@@ -1,0 +1,93 @@
+"""The placement problem every policy solves, and the answer it returns.
+
+All policies (the CP-SAT planner and the baselines) implement `Policy.solve(problem) ->
+Placement`; `build.build_plan` turns any placement into an ordered, replayable plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from ...domain.budgets import Allowance
+from ...domain.model import ClusterSnapshot, Inventory
+from ...domain.plan import SolverReport
+from ...domain.settings import PlannerSettings
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Objective terms, all in watts averaged over one epoch, so they add up with power.
+
+    A migration costs `migration_w + migration_w_per_gb * memory_gb`: the energy of copying the
+    memory and the work lost while frozen, spread over the epoch. Saving one idle node (~100 W)
+    therefore pays for a handful of moves, while shuffling between powered nodes (a few watts of
+    curve difference at most) does not.
+    """
+
+    migration_w: float = 6.0
+    migration_w_per_gb: float = 3.0
+    contention_w: float = 10.0  # per pair of devils sharing a node
+    affinity_w: float = 2.0  # per extra node a group spans
+    #: epochs a node switched off is expected to stay off: its idle draw is saved in each, so a
+    #: powered node's idle power counts this many times (1: only the epoch planned)
+    off_epochs: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: PlannerSettings, epoch_seconds: float) -> "Weights":
+        """The settings' energies spread over one epoch (J / s = W)."""
+        return cls(migration_w=settings.migration_j / epoch_seconds,
+                   migration_w_per_gb=settings.migration_j_per_gb / epoch_seconds,
+                   off_epochs=settings.off_epochs)
+
+    def migration_cost(self, memory_mb: float) -> float:
+        return self.migration_w + self.migration_w_per_gb * memory_mb / 1024.0
+
+
+@dataclass(frozen=True)
+class PlacementProblem:
+    """Data only: the inventory, the observed (or predicted) snapshot and the knobs.
+
+    `eligible` restricts containers to some nodes (labels, CPU model, per-core speed); a
+    container absent from it may go anywhere. `cap` overrides the inventory's CPU cap.
+    """
+
+    inventory: Inventory
+    snapshot: ClusterSnapshot
+    weights: Weights = field(default_factory=Weights)
+    time_limit_s: float = 10.0
+    eligible: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    cap: float | None = None
+    seed: int = 0
+    #: what budgets and windows allow this epoch (orchestrator/budgets.py); default: anything
+    allowance: Allowance = field(default_factory=Allowance)
+    #: containers the rules keep where they are (`eligible` has them on their node) -> why
+    pinned: Mapping[str, str] = field(default_factory=dict)
+    #: nodes the rules keep in their power state this epoch (not power-managed here) -> why
+    keep_power: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cpu_cap(self) -> float:
+        return self.cap if self.cap is not None else self.inventory.cluster.cap
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A policy's answer: where every container goes and which nodes stay powered.
+
+    `cap` is the CPU cap the answer was packed under when a policy uses its own (best-fit at
+    95%); None means the problem's. `build_plan` sequences and replays the plan under it.
+    """
+
+    assignment: Mapping[str, str]
+    powered: frozenset[str]
+    report: SolverReport
+    cap: float | None = None
+
+
+class Policy(Protocol):
+    """A placement strategy. Pure: no I/O, no clock besides its own time limit."""
+
+    name: str
+
+    def solve(self, problem: PlacementProblem) -> Placement: ...

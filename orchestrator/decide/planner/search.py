@@ -1,0 +1,298 @@
+"""Improve a packing with CP-SAT: the whole model when small, else a few nodes at a time.
+
+Large-neighbourhood search: pick a handful of nodes (one to drain and some with room; an
+efficient node that is off with the least efficient ones that are on; nodes where devils share
+or a group is split; or random ones), let CP-SAT re-place their containers exactly, and keep the
+answer only if the true objective (`Packing.local_objective`, i.e. `objective.evaluate`'s terms)
+falls. The whole model stops once CP-SAT proves its answer within `target_gap` of the optimum;
+LNS stops at the time limit, when within `target_gap` of the lower bound, or after
+`patience` neighbourhoods in a row without a gain worth `min_gain` of the objective. Sub-solves
+are bounded by CP-SAT's deterministic time, so a run is repeatable for a given seed unless the
+wall-clock limit binds.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ...domain.settings import PlannerSettings
+from .cpsat import SubResult, solve_nodes
+from .instance import TINY
+from .packing import Packing
+
+
+#: CP-SAT's full portfolio, whatever the cores: with 8 workers it runs its LP-based bound
+#: workers, which prove the demo within 1% in 0.2-0.5 s; 2 workers (this machine's cores) need
+#: about 2 s (bench/plan_scale.py). Only the whole-model solve of a small cluster uses them.
+PORTFOLIO_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search; the defaults are what the bench and the simulator run."""
+
+    #: CP-SAT workers for the whole model (None: `PORTFOLIO_WORKERS`)
+    workers: int | None = None
+    exact_limit: int = 2500  # solve the whole model at once up to this many x[c,n] variables
+    neighbourhood_nodes: int = 6
+    neighbourhood_containers: int = 60
+    patience: int = 8  # neighbourhoods in a row without a significant gain
+    min_gain: float = 1e-4  # a gain below this share of the objective does not reset patience
+    #: stop once proven within this share of the optimum (None: `PlannerSettings`' default)
+    target_gap: float | None = None
+    sub_deterministic_s: float = 0.05
+
+    def resolved(self) -> SearchOptions:
+        """Concrete knobs: the values given (`make_plan` passes `PlannerSettings`' workers and
+        relative gap), else CP-SAT's full portfolio and the settings' default gap."""
+        return replace(
+            self,
+            workers=self.workers or PORTFOLIO_WORKERS,
+            target_gap=PlannerSettings.relative_gap if self.target_gap is None else self.target_gap,
+        )
+
+
+@dataclass
+class Outcome:
+    """What the search achieved: whether the whole model was proved optimal, and its bound."""
+
+    optimal: bool = False
+    model_bound: float | None = None
+    neighbourhoods: int = 0
+    improved: int = 0
+
+
+def apply_if_better(pack: Packing, nodes: list[int], res: SubResult, force: bool = False) -> bool:
+    """Apply a sub-solution if the true objective falls (or, with `force`, anyway: CP-SAT's
+    answers meet every cap, so they fix an infeasible neighbourhood); else leave `pack` as is."""
+    conts = list(res.assign)
+    before = pack.local_objective(nodes, conts)
+    old_node = {c: int(pack.assign[c]) for c in conts}
+    old_on = {n: bool(pack.on[n]) for n in nodes}
+    for n, on in res.on.items():
+        pack.on[n] = pack.on[n] or on
+    for c, n in res.assign.items():
+        pack.move(c, n)
+    for n, on in res.on.items():
+        pack.on[n] = on
+    if force or pack.local_objective(nodes, conts) < before - 1e-6:
+        return True
+    for c, n in old_node.items():
+        pack.move(c, n)
+    for n, on in old_on.items():
+        pack.on[n] = on
+    return False
+
+
+def infeasible_nodes(pack: Packing) -> np.ndarray:
+    """Nodes over a cap or hosting a container that may not run there: the answer is only
+    feasible when there are none. LNS leaves them alone; `unstick` works on them."""
+    bad = pack.over_cap()
+    bad[pack.assign[pack.misplaced()]] = True
+    return bad
+
+
+def solve_whole(pack: Packing, deadline: float, opts: SearchOptions, seed: int) -> Outcome:
+    """One CP-SAT model over every usable node, hinted with `pack`."""
+    inst = pack.inst
+    nodes = np.flatnonzero(inst.usable).tolist()
+    res = solve_nodes(
+        pack,
+        nodes,
+        time_limit_s=max(deadline - time.perf_counter(), 0.01),
+        workers=opts.workers,
+        relative_gap=opts.target_gap,
+        seed=seed,
+    )
+    if res is None:
+        return Outcome()
+    apply_if_better(pack, nodes, res, force=bool(infeasible_nodes(pack).any()))
+    return Outcome(optimal=res.status == "OPTIMAL", model_bound=res.bound_w)
+
+
+def unstick(pack: Packing, deadline: float, opts: SearchOptions, seed: int) -> None:
+    """For each infeasible node, let CP-SAT re-place its containers together with those of the
+    nodes with the most room (and the most efficient nodes that are off): what single moves
+    could not fix, a few coordinated ones often can."""
+    inst = pack.inst
+    for n in np.flatnonzero(infeasible_nodes(pack)).tolist():
+        if time.perf_counter() >= deadline:
+            return
+        bad = infeasible_nodes(pack)
+        if not bad[n]:
+            continue
+        allowed = np.ones(inst.n_nodes, dtype=bool)
+        for c in pack.members[n]:
+            allowed &= inst.allowed(c) | (np.arange(inst.n_nodes) == n)
+        room = np.flatnonzero(pack.on & allowed & ~bad)
+        room = room[np.argsort(pack.load[room] - inst.cpu_cap[room], kind="stable")]
+        off = [m for m in inst.efficiency_order.tolist() if not pack.on[m] and allowed[m]]
+        nodes = [n, *off[:2], *room.tolist()][: 2 * opts.neighbourhood_nodes]
+        res = solve_nodes(
+            pack,
+            nodes,
+            time_limit_s=max(deadline - time.perf_counter(), 0.01),
+            seed=seed,
+            deterministic_limit=10 * opts.sub_deterministic_s,
+        )
+        if res is not None:
+            apply_if_better(pack, nodes, res, force=True)
+
+
+def x_variables(pack: Packing) -> int:
+    """How many x[c,n] the whole model would have."""
+    inst = pack.inst
+    n_usable = int(inst.usable.sum())
+    restricted = sum(int((inst.usable & mask).sum()) for mask in inst.eligible.values())
+    return (inst.n_containers - len(inst.eligible)) * n_usable + restricted
+
+
+class Neighbourhoods:
+    """Chooses the node sets LNS re-solves, rotating through strategies that target the
+    objective's terms; a drained node is not retried until others have been."""
+
+    def __init__(self, pack: Packing, frozen: np.ndarray, opts: SearchOptions, seed: int):
+        self.pack = pack
+        self.frozen = frozen
+        self.opts = opts
+        self.rng = random.Random(seed)
+        self.recent: deque[int] = deque(maxlen=max(4, opts.patience // 2))
+        self.turn = 0
+        inst = pack.inst
+        self.eff = inst.efficiency_order
+        per_unit = inst.power(self.eff, inst.cpu_cap[self.eff]) / np.maximum(inst.cpu_cap[self.eff], TINY)
+        self.per_unit = dict(zip(self.eff.tolist(), per_unit.tolist()))
+
+    def next(self) -> list[int]:
+        strategies = (self.drain, self.efficiency, self.conflict, self.drain, self.random)
+        for _ in range(len(strategies)):
+            chosen = strategies[self.turn % len(strategies)]()
+            self.turn += 1
+            if chosen:
+                return self.fill(chosen)
+        return []
+
+    def active(self) -> np.ndarray:
+        return np.flatnonzero(self.pack.on & ~self.frozen)
+
+    def fill(self, seed_nodes: list[int]) -> list[int]:
+        """Add nodes with room (and a few random ones) up to the size limits."""
+        pack, opts = self.pack, self.opts
+        chosen = list(dict.fromkeys(seed_nodes))
+        count = sum(len(pack.members[n]) for n in chosen)
+        active = self.active()
+        spare = pack.inst.cpu_cap[active] - pack.load[active]
+        roomy = active[np.argsort(-spare, kind="stable")[: 4 * opts.neighbourhood_nodes]].tolist()
+        pool = self.rng.sample(roomy, len(roomy)) + self.rng.sample(
+            active.tolist(), min(len(active), 16)
+        )
+        for n in pool:
+            if len(chosen) >= opts.neighbourhood_nodes:
+                break
+            if n in chosen or count + len(pack.members[n]) > opts.neighbourhood_containers:
+                continue
+            chosen.append(n)
+            count += len(pack.members[n])
+        return chosen
+
+    def drain(self) -> list[int]:
+        """The least utilised node that may go off (not tried lately)."""
+        pack, inst = self.pack, self.pack.inst
+        nodes = np.flatnonzero(pack.on & ~self.frozen & inst.can_off)
+        nodes = nodes[[n not in self.recent for n in nodes.tolist()]] if len(nodes) else nodes
+        if len(nodes) == 0:
+            return []
+        util = pack.load[nodes] / inst.cpu_cap[nodes]
+        few = nodes[np.argsort(util, kind="stable")[:3]].tolist()
+        s = self.rng.choice(few)
+        self.recent.append(s)
+        return [s]
+
+    def efficiency(self) -> list[int]:
+        """An efficient node that is off, with the least efficient nodes that are on."""
+        pack = self.pack
+        off = [n for n in self.eff.tolist() if not pack.on[n] and not self.frozen[n]]
+        on = [
+            n
+            for n in self.eff.tolist()
+            if pack.on[n] and not self.frozen[n] and pack.inst.can_off[n]
+        ]
+        if not off or not on or self.per_unit[off[0]] >= self.per_unit[on[-1]] - 1e-9:
+            return []
+        worst = on[-3 * self.opts.neighbourhood_nodes :]
+        picked = self.rng.sample(worst, min(len(worst), self.opts.neighbourhood_nodes - 1))
+        return [off[0], *picked]
+
+    def conflict(self) -> list[int]:
+        """A node where devils share, or the nodes a split group spans."""
+        pack, inst = self.pack, self.pack.inst
+        w = inst.problem.weights
+        shared = np.flatnonzero((pack.devils >= 2) & ~self.frozen) if w.contention_w > 0 else []
+        split = (
+            [g for g, nodes in pack.groups.items() if len(nodes) > 1] if w.affinity_w > 0 else []
+        )
+        if len(shared) and (not split or self.rng.random() < 0.5):
+            return [int(self.rng.choice(list(shared)))]
+        if split:
+            nodes = [n for n in pack.groups[self.rng.choice(split)] if not self.frozen[n]]
+            return nodes[: self.opts.neighbourhood_nodes]
+        return []
+
+    def random(self) -> list[int]:
+        active = self.active().tolist()
+        return self.rng.sample(active, min(2, len(active)))
+
+
+def local_search(
+    pack: Packing,
+    deadline: float,
+    opts: SearchOptions,
+    seed: int,
+    objective: float,
+    bound: float,
+) -> Outcome:
+    """LNS from `pack` (its true objective is `objective`) until a stopping rule fires."""
+    outcome = Outcome()
+    hoods = Neighbourhoods(pack, infeasible_nodes(pack), opts, seed)
+    stale = 0
+    while stale < opts.patience and objective > bound * (1 + opts.target_gap):
+        left = deadline - time.perf_counter()
+        if left <= 0.005:
+            break
+        nodes = hoods.next()
+        if not nodes:
+            break
+        conts = [c for n in nodes for c in pack.members[n]]
+        before = pack.local_objective(nodes, conts)
+        res = solve_nodes(
+            pack,
+            nodes,
+            time_limit_s=left,
+            seed=seed + outcome.neighbourhoods,
+            deterministic_limit=opts.sub_deterministic_s,
+            presolve=False,
+        )
+        outcome.neighbourhoods += 1
+        if res is not None and apply_if_better(pack, nodes, res):
+            gain = before - pack.local_objective(nodes, conts)
+            objective -= gain
+            outcome.improved += 1
+            stale = 0 if gain > opts.min_gain * objective else stale + 1
+        else:
+            stale += 1
+    return outcome
+
+
+def improve(
+    pack: Packing, deadline: float, opts: SearchOptions, seed: int, bound: float
+) -> Outcome:
+    """The whole model if small enough, else fix what is infeasible and run LNS; in place."""
+    if x_variables(pack) <= opts.exact_limit:
+        return solve_whole(pack, deadline, opts, seed)
+    unstick(pack, deadline, opts, seed)
+    return local_search(pack, deadline, opts, seed, pack.objective(), bound)

@@ -1,0 +1,150 @@
+"""snapshot -> problem -> placement -> plan: the pure pipeline shared by the CLI, the controller
+and the simulator's production policy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Protocol
+
+from ..domain.budgets import Allowance
+from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.plan import Plan
+from ..domain.settings import PlannerSettings
+from .planner.build import build_plan
+from .planner.problem import Placement, PlacementProblem, Policy, Weights
+from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
+from .planner.registry import get_policy
+
+DEFAULT_POLICY = "peakpack"
+#: re-solves allowed to separate containers that publish the same host port
+MAX_PORT_ROUNDS = 5
+
+
+def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, frozenset[str]]:
+    """Where each container may run: an immovable one, or one on a held node, only where it is;
+    none on a held node it is not on; one that publishes a host port nowhere another container
+    already publishes that port, and none on a node its `refused_on` names (migration preflight
+    refuses these moves, so the planner must not propose them)."""
+    holders: dict[str, set[str]] = defaultdict(set)
+    for c in snapshot.containers:
+        for port in c.ports:
+            holders[port].add(c.node)
+    open_nodes = frozenset(inventory.node_names) - set(snapshot.held)
+    result: dict[str, frozenset[str]] = {}
+    for c in snapshot.containers:
+        if c.immovable is not None or c.node in snapshot.held:
+            result[c.name] = frozenset({c.node})
+            continue
+        allowed = open_nodes - {n for p in c.ports for n in holders[p] if n != c.node} - {n for n, _ in c.refused_on}
+        if allowed != frozenset(inventory.node_names):
+            result[c.name] = allowed
+    return result
+
+
+class Unsettled(Protocol):
+    """A migration that has not ended (the store's MigrationRecord has these fields)."""
+
+    id: int
+    container: str
+    source: str
+    target: str
+
+
+def hold_unsettled(snapshot: ClusterSnapshot, migrations: Iterable[Unsettled]) -> ClusterSnapshot:
+    """Until a migration is settled its container counts as present on both nodes: both are held,
+    so neither is emptied, switched off or given new work."""
+    held = dict(snapshot.held)
+    for m in migrations:
+        why = f"migration {m.id} of {m.container} ({m.source} -> {m.target}) is not settled"
+        held.setdefault(m.source, why)
+        held.setdefault(m.target, why)
+    return replace(snapshot, held=held) if held != snapshot.held else snapshot
+
+
+def held_inventory(inventory: Inventory, snapshot: ClusterSnapshot) -> Inventory:
+    """The inventory as this plan may use it: a held node is not power-managed, so no policy,
+    replay or power rule switches it."""
+    if not snapshot.held:
+        return inventory
+    nodes = tuple(replace(n, power_managed=False) if n.name in snapshot.held else n for n in inventory.nodes)
+    return replace(inventory, nodes=nodes)
+
+
+def placement_port_clashes(snapshot: ClusterSnapshot, assignment: Mapping[str, str]) -> dict[str, str]:
+    """Containers the placement puts on a node where another container publishes one of their
+    ports -> that node. Containers that stay where they are keep their ports, so the mover yields."""
+    seen: dict[tuple[str, str], str] = {}
+    clashes: dict[str, str] = {}
+    for c in sorted(snapshot.containers, key=lambda c: (assignment[c.name] != c.node, c.name)):
+        node = assignment[c.name]
+        for port in c.ports:
+            if (node, port) in seen:
+                clashes[c.name] = node
+            else:
+                seen[(node, port)] = c.name
+    return clashes
+
+
+def make_plan(
+    inventory: Inventory,
+    snapshot: ClusterSnapshot,
+    *,
+    policy: str = DEFAULT_POLICY,
+    settings: PlannerSettings | None = None,
+    time_limit_s: float | None = None,
+    facts: Remembered | None = None,
+    dry_run: bool = True,
+    allowance: Allowance | None = None,
+) -> Plan:
+    """Solve the placement for `snapshot` with the named policy and order it into a plan,
+    within what the disruption budgets and windows allow (`budgets.allowance`; None: anything).
+
+    `settings` default to the inventory's (`[planner]`); `time_limit_s` overrides theirs (the CLI
+    flag). `facts` (what the store remembers) feed the power rules and hysteresis
+    (`planner.rules`), judged at the snapshot's time; None: nothing remembered."""
+    settings = settings or inventory.planner
+    search = {"workers": settings.workers, "target_gap": settings.relative_gap} if policy == DEFAULT_POLICY else {}
+    solver = get_policy(policy, **search)
+    inventory = held_inventory(inventory, snapshot)
+    held_back = restraints(inventory, snapshot, settings, facts or Remembered(), snapshot.taken_at)
+    solved = restrained_inventory(inventory, held_back)
+    problem = PlacementProblem(
+        inventory=solved,
+        snapshot=snapshot,
+        weights=Weights.from_settings(settings, inventory.cluster.epoch_seconds),
+        time_limit_s=settings.time_limit_s if time_limit_s is None else time_limit_s,
+        eligible=restrained_eligibility(eligibility(inventory, snapshot), snapshot, inventory, held_back),
+        cap=settings.cap,
+        allowance=allowance or Allowance(),
+        pinned=held_back.pinned,
+        keep_power=held_back.keep_power,
+    )
+    placement = _solve_without_port_clashes(solver, problem)
+    plan = build_plan(problem, placement, policy)
+    hosting = set(placement.assignment.values())
+    notes = tuple(f"{n} stays on: {why}" for n, why in sorted(held_back.keep_power.items())
+                  if n in placement.powered and n not in hosting)
+    notes += tuple(f"{n} not woken: {why}" for n, why in sorted(held_back.keep_power.items())
+                   if n not in placement.powered)
+    used = {**settings.by_key(), "time_limit_s": problem.time_limit_s}
+    return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes, settings=used)
+
+
+def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> Placement:
+    """Two movers may pick the same node for the same port; forbid that node to the one that
+    clashed and solve again (clashes are rare, so this converges in a round or two)."""
+    eligible = dict(problem.eligible)
+    everywhere = frozenset(problem.inventory.node_names)
+    for _ in range(MAX_PORT_ROUNDS):
+        placement = solver.solve(problem)
+        clashes = placement_port_clashes(problem.snapshot, placement.assignment)
+        if not clashes:
+            return placement
+        for name, node in clashes.items():
+            eligible[name] = eligible.get(name, everywhere) - {node}
+        problem = replace(problem, eligible=dict(eligible))
+    where = problem.snapshot.placement()  # give up moving the containers that keep clashing
+    problem = replace(problem, eligible={**eligible, **{n: frozenset({where[n]}) for n in clashes}})
+    return solver.solve(problem)

@@ -1,0 +1,174 @@
+"""The ports: what the stages that act (the controller, apply, the web page, migrations, power)
+need from the world, as protocols and plain records of callables. The composition root
+(`faces/wiring.py`) builds the live ones (SSH, docker/CRIU, IPMI, the store: `db.store.Store`
+implements `Journal`); tests build fakes (`tests/support/fakes.py`). A stage depends on these,
+never on the adapter behind them.
+
+The store's repositories, one per aggregate (each write journaled in its own short transaction,
+fenced with the lease token of the process that holds it):
+
+    Journal.plans       PlanRepo        plans and their action journal
+    Journal.migrations  MigrationRepo   migrations step by step
+    Journal.pinning     PinningRepo     cpusets given to containers
+    Journal.power       PowerRepo       power events, quarantine, nodes idle since when
+    Journal.energy      EnergyRepo      counter samples and energy rows
+    Journal.demand      DemandRepo      container demand per observation
+    Journal.lease       LeaseRepo       the controller lease
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from .model import ClusterSnapshot
+from .plan import Action, Plan
+from .records import (
+    ActionRecord,
+    DemandRecord,
+    EnergyRow,
+    EnergySample,
+    LeaseRecord,
+    MigrationRecord,
+    PlanRecord,
+    PowerEventRecord,
+    StepRecord,
+)
+from .states import ActionState, MigrationState, PlanStatus
+
+
+class NodeOps(Protocol):
+    """The side effects on nodes, implemented over migrate/ and power/ (and by fakes)."""
+
+    def power_on(self, node: str, reason: str) -> None: ...
+
+    def power_off(self, node: str, reason: str) -> None: ...
+
+    def migrate(self, actions: Sequence[tuple[int, Action]],
+                stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
+        """Run the migrations (journaling each under its action id); final state per action id.
+        Once `stop_requested()` is true no new migration starts and those in flight settle."""
+        ...
+
+    def pin(self, node: str) -> None: ...
+
+    def hosts_nothing(self, node: str) -> bool: ...
+
+
+@dataclass
+class Services:
+    """What a live controller does to the world: observe the nodes (storing their demand rows),
+    act on them (`ops`), settle what a crash left unfinished, give a plan its last power check,
+    and account energy (store the rows of the interval that ends now and return them)."""
+
+    observe: Callable[[], ClusterSnapshot]
+    ops: NodeOps
+    reconcile: Callable[[], list[str]]
+    adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
+    account_energy: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
+    close: Callable[[], None] = lambda: None
+
+
+class PlanRepo(Protocol):
+    def save(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot, *,
+             status: PlanStatus = PlanStatus.RECOMMENDED, expires_at: datetime | None = None,
+             inventory_digest: str | None = None, prediction: dict[str, Any] | None = None,
+             action_predictions: Sequence[dict[str, Any] | None] = ()) -> int:
+        """The plan and every action (PENDING) in one transaction, before anything runs; its id."""
+        ...
+
+    def explanations(self, plan_id: int) -> dict[str, str]: ...
+    def history(self, since: datetime | None = None, status: PlanStatus | None = None) -> list[PlanRecord]: ...
+    def get(self, plan_id: int) -> PlanRecord: ...
+
+    def set_status(self, plan_id: int, to: PlanStatus, *, only_from: Sequence[PlanStatus],
+                   decided_by: str | None = None) -> bool:
+        """Move a plan to `to` only from one of `only_from` (one conditional UPDATE): of two
+        concurrent appliers exactly one sees True."""
+        ...
+
+    def expire(self, at: datetime | None = None) -> int: ...
+    def snapshot(self, plan_id: int) -> dict[str, Any]: ...
+    def cpus(self, since: datetime | None = None) -> list[tuple[int, datetime, dict[str, float]]]: ...
+    def action_ids(self, plan_id: int) -> list[int]: ...
+    def set_action_state(self, action_id: int, state: ActionState, detail: str | None = None) -> None: ...
+    def actions(self, since: datetime | None = None, plan_id: int | None = None) -> list[ActionRecord]: ...
+    def unfinished_actions(self) -> list[ActionRecord]: ...
+    def recent(self, limit: int) -> list[PlanRecord]: ...
+
+
+class MigrationRepo(Protocol):
+    def begin(self, container: str, source: str, target: str, action_id: int | None = None) -> int: ...
+
+    def step_started(self, migration_id: int, step: str) -> int:
+        """Journal a step before it runs; the migration's state names the step in flight."""
+        ...
+
+    def step_finished(self, step_id: int, ok: bool, detail: str | None = None, bytes: int | None = None) -> None: ...
+
+    def finish(self, migration_id: int, state: MigrationState, reason: str | None = None, *,
+               checkpoint_ms: float | None = None, transfer_ms: float | None = None,
+               restore_ms: float | None = None, frozen_ms: float | None = None, total_ms: float | None = None,
+               bytes: int | None = None) -> None: ...
+
+    def history(self, since: datetime | None = None) -> list[MigrationRecord]: ...
+    def unfinished(self) -> list[MigrationRecord]: ...
+    def moved_since(self, since: datetime) -> dict[str, datetime]: ...
+    def steps(self, migration_id: int) -> list[StepRecord]: ...
+    def frozen_history(self, limit: int = 200) -> list[tuple[float, float]]: ...
+
+
+class PinningRepo(Protocol):
+    def record(self, node: str, container: str, cpuset: str) -> None: ...
+    def history(self, node: str | None = None) -> list[dict[str, Any]]: ...
+
+
+class PowerRepo(Protocol):
+    def begin(self, node: str, action: str, reason: str | None = None) -> int: ...
+    def finish(self, event_id: int, state: str, detail: str | None = None) -> None: ...
+    def events(self, since: datetime | None = None) -> list[PowerEventRecord]: ...
+    def woken_since(self, since: datetime) -> dict[str, datetime]: ...
+    def quarantine(self, node: str, reason: str) -> None: ...
+    def clear_quarantine(self, node: str) -> None: ...
+    def quarantined(self) -> dict[str, str]: ...
+    def set_idle_since(self, node: str, at: datetime | None) -> None: ...
+    def idle_since(self, node: str) -> datetime | None: ...
+
+
+class EnergyRepo(Protocol):
+    def add_samples(self, samples: Sequence[EnergySample]) -> None: ...
+    def samples(self, node: str, source: str, since: datetime | None = None) -> list[EnergySample]: ...
+    def add(self, rows: Sequence[EnergyRow]) -> None: ...
+    def history(self, since: datetime | None = None, by: str | None = None) -> list[EnergyRow]: ...
+    def of_containers(self, since: datetime | None = None) -> list[EnergyRow]: ...
+
+
+class DemandRepo(Protocol):
+    def add(self, rows: Sequence[DemandRecord]) -> None: ...
+    def history(self, container: str | None = None, since: datetime | None = None) -> list[DemandRecord]: ...
+    def latest(self) -> dict[str, DemandRecord]: ...
+
+
+class LeaseRepo(Protocol):
+    def acquire(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None: ...
+    def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
+    def release(self, owner: str, token: int) -> None: ...
+    def holder(self) -> LeaseRecord | None: ...
+
+
+class Journal(Protocol):
+    """The store as the other stages see it: its repositories, the fence, and the one query that
+    spans two of them (what the disruption budgets count)."""
+
+    plans: PlanRepo
+    migrations: MigrationRepo
+    pinning: PinningRepo
+    power: PowerRepo
+    energy: EnergyRepo
+    demand: DemandRepo
+    lease: LeaseRepo
+
+    def fence(self, token: int | None) -> None: ...
+    def disruption_since(self, since: datetime) -> tuple[int, int]: ...

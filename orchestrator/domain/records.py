@@ -1,0 +1,189 @@
+"""What the store hands out: frozen records with a `to_json` for `--json` and the report (the
+states they carry are in `states`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .model import MEASURED_SOURCES
+from .states import ActionState, MigrationState, PlanStatus
+
+
+def iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+class JsonRecord:
+    """`to_json`: every field, times as ISO 8601 strings, states as their names."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = iso(v) if isinstance(v, datetime) else v.value if isinstance(v, StrEnum) else v
+        return out
+
+
+@dataclass(frozen=True)
+class PlanRecord(JsonRecord):
+    plan_id: int
+    created_at: datetime
+    inventory: str
+    policy: str
+    dry_run: bool
+    actions: int
+    migrations: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+    solver: dict[str, Any]
+    #: review then apply: where the plan is in its life, until when it may be applied, the
+    #: inventory it was made for, and who applied or rejected it
+    status: PlanStatus
+    expires_at: datetime | None = None
+    inventory_digest: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    #: predicted energy saved and frozen time, in total (orchestrator.predict); None: not predicted
+    prediction: dict[str, Any] | None = None
+    #: the planner settings it was made with, by inventory key; None: not recorded
+    settings: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ActionRecord(JsonRecord):
+    id: int
+    plan_id: int
+    index: int
+    kind: str
+    container: str | None
+    source: str | None
+    target: str | None
+    node: str | None
+    state: ActionState
+    detail: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    prediction: dict[str, Any] | None = None  # this action's part of the plan's prediction
+
+
+@dataclass(frozen=True)
+class MigrationRecord(JsonRecord):
+    id: int
+    action_id: int | None
+    container: str
+    source: str
+    target: str
+    state: MigrationState
+    reason: str | None
+    checkpoint_ms: float | None
+    transfer_ms: float | None
+    restore_ms: float | None
+    frozen_ms: float | None
+    total_ms: float | None
+    bytes: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StepRecord(JsonRecord):
+    id: int
+    migration_id: int
+    step: str
+    state: str  # STARTED, DONE, FAILED
+    detail: str | None
+    bytes: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PowerEventRecord(JsonRecord):
+    id: int
+    node: str
+    action: str
+    state: str  # ONGOING, SUCCEEDED, FAILED
+    reason: str | None
+    detail: str | None
+    at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class EnergySample:
+    """One reading: a cumulative counter (RAPL, microjoules) or an instant power (DCMI, watts)."""
+
+    node: str
+    at: datetime
+    source: str  # rapl, dcmi, busy (the node's busy CPU time, for Kepler's split)
+    energy_uj: int | None = None
+    power_w: float | None = None
+    zone: str = ""                       # RAPL zone (intel-rapl:0, ...): each wraps on its own
+    max_energy_range_uj: int | None = None
+    boot_id: str | None = None           # the node's boot id: a change means its counters restarted
+    busy_ns: int | None = None           # source busy: CPU time the node spent not idle
+
+
+@dataclass(frozen=True)
+class EnergyRow:
+    """Energy over an interval, for a node or (with `container`) attributed to a container."""
+
+    node: str
+    start: datetime
+    end: datetime
+    energy_j: float
+    source: str  # rapl, dcmi, model
+    container: str | None = None
+    plan_id: int | None = None
+    #: node rows (Kepler's split): energy at the node's idle power in the row's own domain (learned
+    #: from the counter for rapl/dcmi rows, the curve's for model rows; power/accounting.py), and
+    #: active energy that no container's CPU time accounts for; None where not split
+    idle_j: float | None = None
+    residual_j: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "node": self.node,
+            "start": iso(self.start),
+            "end": iso(self.end),
+            "energy_j": self.energy_j,
+            "source": self.source,
+            "measured": self.source in MEASURED_SOURCES,
+        }
+        if self.container is not None:
+            d["container"] = self.container
+        if self.idle_j is not None:
+            d["idle_j"] = self.idle_j
+        if self.residual_j is not None:
+            d["residual_j"] = self.residual_j
+        return d
+
+
+@dataclass(frozen=True)
+class DemandRecord(JsonRecord):
+    """One container's demand over the interval ending at `at` (table container_demand): `cpu` in
+    cores from its cgroup CPU-time counter delta (source "cgroup"), or from a one-second sample
+    when there is no earlier counter to subtract (source "stats"); None when neither is known."""
+
+    at: datetime
+    container: str
+    node: str
+    interval_s: float | None
+    cpu: float | None
+    cpu_time_ns: int | None
+    memory_mb: float
+    source: str
+
+
+@dataclass(frozen=True)
+class LeaseRecord(JsonRecord):
+    """Who leads the store now: the holder of an unexpired lease and its fencing token."""
+
+    holder: str
+    token: int
+    acquired_at: datetime
+    expires_at: datetime

@@ -1,0 +1,180 @@
+"""`peakpack history`: stored plans, actions, migrations, power events and energy as tables or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ...domain.errors import PeakpackError
+from .common import DbOpt, JsonOpt, open_store, out, since_time
+from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
+
+
+class HistoryKind(StrEnum):
+    PLANS = "plans"
+    ACTIONS = "actions"
+    MIGRATIONS = "migrations"
+    POWER = "power"
+    ENERGY = "energy"
+    DEMAND = "demand"
+
+
+class GroupBy(StrEnum):
+    NODE = "node"
+    CONTAINER = "container"
+
+
+#: What a person wants to see per kind of history, most important first (priority 0 always
+#: shows, higher numbers drop first on a narrow terminal); `--json` has every field.
+TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "plans": (
+        Column("plan", "plan_id", justify="right", priority=0),
+        Column("when", "created_at", when, priority=0),
+        Column("policy", "policy", priority=3),
+        Column("moves", "migrations", count, justify="right", priority=1),
+        Column("actions", "actions", count, justify="right", priority=2),
+        Column("on before", "before.nodes_on", count, justify="right", priority=2),
+        Column("on after", "after.nodes_on", count, justify="right", priority=1),
+        Column("W before", "before.power_w", watts, justify="right", priority=2),
+        Column("W after", "after.power_w", watts, justify="right", priority=1),
+        Column("status", "status", priority=0),
+        Column("J pred", "ledger.predicted_energy_j", joules, justify="right", priority=2),
+        Column("J meas", "ledger.measured_energy_j", joules, justify="right", priority=2),
+        Column("J model", "ledger.modelled_energy_j", joules, justify="right", priority=3),
+        Column("frozen pred", "ledger.predicted_frozen_ms", millis, justify="right", priority=3),
+        Column("frozen meas", "ledger.measured_frozen_ms", millis, justify="right", priority=3),
+        Column("solver", "solver.status", priority=3),
+        Column("solve", "solver.seconds", seconds, justify="right", priority=4),
+    ),
+    "actions": (
+        Column("plan", "plan_id", justify="right", priority=0),
+        Column("#", "index", justify="right", priority=0),
+        Column("action", "kind", priority=0),
+        Column("container", "container", priority=1),
+        Column("from", "source", priority=2),
+        Column("to", "target", priority=1),
+        Column("node", "node", priority=1),
+        Column("state", "state", priority=0),
+        Column("started", "started_at", when, priority=3),
+        Column("detail", "detail", priority=4, truncate=True),
+    ),
+    "migrations": (
+        Column("id", "id", justify="right", priority=0),
+        Column("container", "container", priority=0),
+        Column("from", "source", priority=1),
+        Column("to", "target", priority=1),
+        Column("state", "state", priority=0),
+        Column("frozen", "frozen_ms", millis, justify="right", priority=1),
+        Column("total", "total_ms", millis, justify="right", priority=2),
+        Column("data", "bytes", size_bytes, justify="right", priority=3),
+        Column("started", "started_at", when, priority=2),
+        Column("reason", "reason", priority=4, truncate=True),
+    ),
+    "power": (
+        Column("node", "node", priority=0),
+        Column("action", "action", priority=0),
+        Column("state", "state", priority=0),
+        Column("at", "at", when, priority=1),
+        Column("reason", "reason", priority=2, truncate=True),
+        Column("detail", "detail", priority=3, truncate=True),
+    ),
+    "energy": (
+        Column("node", "node", priority=0),
+        Column("container", "container", priority=0),
+        Column("start", "start", when, priority=2),
+        Column("end", "end", when, priority=1),
+        Column("energy", "energy_j", joules, justify="right", priority=0),
+        Column("source", "source", priority=0),
+        Column("idle", "idle_j", joules, justify="right", priority=2),
+        Column("residual", "residual_j", joules, justify="right", priority=2),
+    ),
+    "demand": (
+        Column("at", "at", when, priority=0),
+        Column("container", "container", priority=1),
+        Column("node", "node", priority=1),
+        Column("cpu", "cpu", lambda v: "" if v is None else f"{v:.3f}", justify="right", priority=0),
+        Column("memory", "memory_mb", lambda v: f"{v:,.0f} MB", justify="right", priority=2),
+        Column("source", "source", priority=1),
+        Column("forecast", "forecast", lambda v: "" if v is None else f"{v:.3f}", justify="right", priority=0),
+        Column("plan", "plan_id", justify="right", priority=2),
+    ),
+}
+
+
+def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> None:
+    if not rows:
+        out.print(f"{kind}: nothing recorded in that period")
+        return
+    print_table(out, TABLE_COLUMNS[kind], rows, title=f"{kind} ({len(rows)})", wide=wide)
+
+
+def history(
+    kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
+    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
+    by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
+    container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
+    json_out: JsonOpt = False,
+    wide: WideOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Show stored plans, actions, migrations, power events, energy or container demand (CPU
+    cores from cgroup counters, and the forecast the next plan was given)."""
+    start = since_time(since)
+    if by is not None and kind is not HistoryKind.ENERGY:
+        raise PeakpackError("--by: only `history energy` can be grouped by node or container")
+    if container is not None and kind is not HistoryKind.DEMAND:
+        raise PeakpackError("--container: only `history demand` is per container")
+    with open_store(db) as store:
+        rows = history_rows(store, kind, start, by, container)
+    if json_out:
+        sys.stdout.write(json.dumps(rows) + "\n")
+    else:
+        print_rows(kind.value, rows, wide)
+
+
+def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
+    """Each plan with its "ledger": measured energy and downtime against its prediction
+    (`orchestrator.predict.check_prediction` says what is compared with what)."""
+    from ...decide.predict import check_prediction
+
+    store.plans.expire()
+    plans = store.plans.history(since)
+    if not plans:
+        return []
+    first = min(p.created_at for p in plans)
+    energy = store.energy.history(first)
+    plan_of = {a.id: a.plan_id for a in store.plans.actions(first)}
+    frozen: dict[int, list[float]] = {}
+    for m in store.migrations.history(first):
+        if m.frozen_ms is not None and m.action_id in plan_of:
+            frozen.setdefault(plan_of[m.action_id], []).append(m.frozen_ms)
+    ran = {"APPLIED", "PARTIAL", "FAILED"}  # a plan nobody applied has nothing to check
+    return [{**p.to_json(), "ledger": check_prediction(p.decided_at or p.created_at, p.prediction,
+                                                       energy if p.status.value in ran else [],
+                                                       frozen.get(p.plan_id, []))}
+            for p in plans]
+
+
+def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
+                 container: str | None = None) -> list[dict[str, Any]]:
+    if kind is HistoryKind.DEMAND:
+        from ...decide.demand import with_forecasts
+
+        return with_forecasts(store.demand.history(container, since), store.plans.cpus(since))
+    if kind is HistoryKind.PLANS:
+        return plan_ledger(store, since)
+    if kind is HistoryKind.ACTIONS:
+        records = store.plans.actions(since)
+    elif kind is HistoryKind.MIGRATIONS:
+        records = store.migrations.history(since)
+    elif kind is HistoryKind.POWER:
+        records = store.power.events(since)
+    else:
+        records = store.energy.history(since, by=by.value if by else None)
+    return [r.to_json() for r in records]
+
+

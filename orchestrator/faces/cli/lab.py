@@ -1,0 +1,111 @@
+"""`peakpack lab up|status|exec|fault|down`: a real cluster of network-namespace nodes on this host."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from .common import JsonOpt, err, out
+from .tables import Column, WideOpt, joules, print_table, size_bytes
+
+app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
+                  no_args_is_help=True)
+DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")]
+
+
+def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
+    from peakpack.lab import Lab
+
+    return Lab(folder)
+
+
+@app.command()
+def up(
+    nodes: Annotated[int, typer.Option("--nodes", "-n", help="How many nodes.")] = 3,
+    cpus: Annotated[int, typer.Option("--cpus", help="CPUs each node declares in the inventory.")] = 2,
+    disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", help="GiB of each node's own filesystem (a sparse "
+                                                   "image under DIR holding its docker data-root); default 8.")] = None,
+    folder: DirOpt = None,
+) -> None:
+    """Create the nodes, start their services, write DIR/inventory.toml."""
+    lab = _lab(folder)
+    sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
+    with err.status("bringing the lab up") as status:
+        lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
+    out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
+
+
+STATUS_COLUMNS = (
+    Column("node", "node", priority=0), Column("address", "address", priority=3),
+    Column("power", "power", priority=0), Column("network", "network", priority=1),
+    Column("sshd", "sshd", priority=2), Column("dockerd", "dockerd", priority=1),
+    Column("disk", "disk", priority=2), Column("containers", "containers", justify="right", priority=0),
+    Column("BMC", "bmc", priority=3), Column("energy", "energy_j", joules, justify="right", priority=1),
+)
+
+
+@app.command()
+def status(folder: DirOpt = None, json_out: JsonOpt = False, wide: WideOpt = False) -> None:
+    """Power, network, daemons, disk, containers and energy counter of every node."""
+    rows = _lab(folder).status()
+    if json_out:
+        sys.stdout.write(json.dumps([r.to_json() for r in rows]) + "\n")
+        return
+    table = [{"node": r.name, "address": r.address, "power": "on" if r.powered else "off",
+              "network": "partitioned" if r.partitioned else "ok", "sshd": "up" if r.sshd else "down",
+              "dockerd": "up" if r.dockerd else "down",
+              "disk": "full" if r.disk_full else
+              None if r.disk_free_bytes is None else size_bytes(r.disk_free_bytes) + " free",
+              "containers": r.containers, "bmc": r.bmc,
+              "energy_j": None if r.energy_uj is None else r.energy_uj / 1e6} for r in rows]
+    print_table(out, STATUS_COLUMNS, table, title="lab", wide=wide)
+
+
+@app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_(
+    node: Annotated[str, typer.Argument(help="node-1 .. node-N")],
+    command: Annotated[list[str], typer.Argument(help="COMMAND... (after --)")],
+    folder: DirOpt = None,
+) -> None:
+    """Run COMMAND on NODE over its SSH; `docker` there talks to that node's engine."""
+    proc = _lab(folder).exec(node, command, timeout=None)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    raise typer.Exit(proc.returncode)
+
+
+def _flag(name: str, help: str):  # type: ignore[no-untyped-def]
+    return Annotated[bool, typer.Option(f"--{name}", help=help)]
+
+
+@app.command()
+def fault(
+    node: Annotated[str, typer.Argument(help="node-1 .. node-N")],
+    partition: _flag("partition", "Cut the node off the network: its link down (its BMC still answers).") = False,
+    heal: _flag("heal", "Bring the node's link back up.") = False,
+    kill_dockerd: _flag("kill-dockerd", "SIGKILL the node's dockerd (containers run on, orphaned).") = False,
+    start_dockerd: _flag("start-dockerd", "Start the node's dockerd and wait until it answers.") = False,
+    fill_disk: _flag("fill-disk", "Allocate all free space of the node's own filesystem (its docker root).") = False,
+    free_disk: _flag("free-disk", "Remove what --fill-disk allocated.") = False,
+    folder: DirOpt = None,
+) -> None:
+    """Inject a real fault into NODE, or undo one; exactly one flag; repeating one is harmless."""
+    from peakpack.lab import Fault
+    from peakpack.lab.node import LabError
+
+    flags = {Fault.PARTITION: partition, Fault.HEAL: heal, Fault.KILL_DOCKERD: kill_dockerd,
+             Fault.START_DOCKERD: start_dockerd, Fault.FILL_DISK: fill_disk, Fault.FREE_DISK: free_disk}
+    chosen = [f for f, on in flags.items() if on]
+    if len(chosen) != 1:
+        raise LabError(f"lab fault: give exactly one of {', '.join(f.flag for f in Fault)}"
+                       + (f" (got {', '.join(f.flag for f in chosen)})" if chosen else ""))
+    out.print(_lab(folder).fault(node, chosen[0]), markup=False, highlight=False)
+
+
+@app.command()
+def down(folder: DirOpt = None) -> None:
+    """Stop and remove everything of the lab; safe to repeat."""
+    _lab(folder).down(log=out.print)

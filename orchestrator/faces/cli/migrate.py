@@ -1,0 +1,99 @@
+"""`peakpack migrate CONTAINER --to NODE` and `peakpack pin NODE`: one live migration or one
+node's pinning, by hand, journaled in the store like the controller's. Both take the store's
+controller lease for their duration (failing at once while a controller leads), so they never
+act beside a controller, and their writes are fenced like its."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import DbOpt, JsonOpt, err, load_inventory, manual_lease, open_store, out
+from ...domain.errors import PeakpackError
+
+RequiredInventory = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")]
+
+
+def migrate(
+    container: Annotated[str, typer.Argument(help="Container to move.")],
+    to: Annotated[str, typer.Option("--to", help="Target node.")],
+    inventory: RequiredInventory,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
+    from peakpack.migrate.transaction import Migration
+    from peakpack.power.ipmi import power_probe
+    from ...domain.inputs import container_name, node_name
+    from ...remote.shell import RemoteShell
+
+    from ...observe.cluster import observe_cluster
+
+    container_name(container)
+    node_name(to, "--to")
+    inv = load_inventory(inventory)
+    if to not in inv.nodes_by_name:
+        raise PeakpackError(f"--to: {to} is not in {inventory}; use one of {', '.join(inv.node_names)}")
+    with open_store(db) as store, manual_lease(store, "migrate"), RemoteShell(inv) as shell:
+        snap = observe_cluster(inv, power_probe(inv), shell)
+        where = {c.name: c.node for c in snap.containers}
+        if container not in where:
+            unseen = f" ({', '.join(sorted(snap.held))} could not be observed)" if snap.held else ""
+            raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}{unseen}; check the "
+                                "name with `docker ps` on the nodes (only a running container can move)")
+        with err.status(f"{container}: {where[container]} -> {to}") as status:
+            result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
+                                          progress=lambda step: status.update(f"{container}: {step}"),
+                                          bmc_power=power_probe(inv)).run())
+    if result.refused:  # preflight said no: nothing changed on either node
+        raise PeakpackError(result.reason or f"{container}: refused")
+    if json_out:
+        sys.stdout.write(json.dumps({"migration_id": result.migration_id, "container": result.container,
+                                     "source": result.source, "target": result.target, "state": result.state.value,
+                                     "reason": result.reason, "frozen_ms": result.frozen_ms,
+                                     "total_ms": result.total_ms}) + "\n")
+    else:
+        frozen = f", frozen {result.frozen_ms:.0f} ms" if result.frozen_ms else ""
+        out.print(f"{container}: {result.source} -> {result.target}: {result.state.value}{frozen}"
+                  + (f" ({result.reason})" if result.reason else ""))
+    if result.state.value != "SUCCEEDED":
+        raise typer.Exit(1)
+
+
+def pin(
+    node: Annotated[str, typer.Argument(help="Node whose containers to pin.")],
+    inventory: RequiredInventory,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Give devils cores (and caches) of their own and pack turtles together, on one node."""
+    from ...domain.inputs import node_name
+    from peakpack.migrate.pinning import apply_pinning
+    from ...remote.shell import RemoteShell
+
+    from ...observe.cluster import observe_node
+
+    node_name(node)
+    inv = load_inventory(inventory)
+    if node not in inv.nodes_by_name:
+        raise PeakpackError(f"NODE: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
+    with open_store(db) as store, manual_lease(store, "pin"), RemoteShell(inv) as shell:
+        from peakpack.power.ipmi import power_probe
+
+        view = shell.call(observe_node(shell.pool, node, power_probe(inv)))
+        if view.unknown is not None:
+            raise PeakpackError(view.unknown)
+        if not view.state.powered:
+            raise PeakpackError(f"NODE: {node} is powered off")
+        changed = shell.call(apply_pinning(shell.pool, shell.engines, store, node, view.containers))
+    if json_out:
+        sys.stdout.write(json.dumps({"node": node, "changed": changed}) + "\n")
+    elif changed:
+        for name, cpus in changed.items():
+            out.print(f"{node}: {name} -> cpus {cpus}")
+    else:
+        out.print(f"{node}: every container already has its cpuset")

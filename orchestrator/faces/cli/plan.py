@@ -1,0 +1,198 @@
+"""`peakpack plan`: observe (or read a snapshot), solve, store and print a plan; nothing changes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ...domain.errors import PeakpackError
+from ...domain.model import ClusterSnapshot, Inventory
+from .common import DbOpt, InventoryOpt, JsonOpt, err, open_store, out
+from .tables import Column, WideOpt, print_table
+
+if TYPE_CHECKING:
+    from ...domain.plan import Plan
+
+SnapshotOpt = Annotated[
+    Optional[Path],
+    typer.Option("--snapshot", "-s", help="Observed state as JSON; default: observe the nodes "
+                 "(or the embedded demo snapshot with the demo inventory)."),
+]
+
+
+def load_inputs(
+    inventory_path: Path | None, snapshot_path: Path | None
+) -> tuple[Inventory, ClusterSnapshot]:
+    """Inventory and snapshot from files, the live nodes, or the embedded demo."""
+    from ...domain.config import demo_inventory, demo_snapshot, load_inventory, load_snapshot
+
+    if inventory_path is None:
+        if snapshot_path is not None:
+            raise PeakpackError("--snapshot: give --inventory too (the snapshot names its nodes)")
+        inventory = demo_inventory()
+        return inventory, demo_snapshot(inventory)
+    inventory = load_inventory(inventory_path)
+    if snapshot_path is not None:
+        return inventory, load_snapshot(snapshot_path, inventory)
+    from ...observe.cluster import observe_cluster
+
+    from peakpack.power.ipmi import power_probe
+
+    return inventory, observe_cluster(inventory, power_probe(inventory))
+
+
+#: The actions of a plan as `print_table` shows them (rows: `{"#", "action", "what"}`).
+ACTION_COLUMNS = (
+    Column("#", "#", justify="right", priority=0),
+    Column("action", "action", priority=0),
+    Column("what", "what", priority=0, truncate=True, min_width=24),
+)
+
+
+def print_plan(plan: Plan, wide: bool = False) -> None:
+    rows = [{"#": i, "action": a.kind.value,
+             "what": f"{a.container}: {a.source} -> {a.target}" if a.container else str(a.node)}
+            for i, a in enumerate(plan.actions, 1)]
+    if not plan.actions:
+        rows = [{"#": "-", "action": "none", "what": "the current placement is already the best found"}]
+    print_table(out, ACTION_COLUMNS, rows, wide=wide,
+                title=f"Plan {plan.plan_id} ({plan.policy}, {'dry run' if plan.dry_run else 'live'})")
+    summary = Table(show_header=True)
+    summary.add_column("")
+    summary.add_column("nodes on", justify="right")
+    summary.add_column("power (W)", justify="right")
+    summary.add_column("busiest node", justify="right")
+    for label, m in (("before", plan.before), ("after", plan.after)):
+        summary.add_row(label, str(m.nodes_on), f"{m.power_w:.1f}", f"{m.max_cpu_util:.0%}")
+    out.print(summary)
+    s = plan.solver
+    out.print(
+        f"solver: {s.status} in {s.seconds:.2f}s, objective {s.objective:.1f} W, "
+        f"bound {s.bound:.1f} W"
+    )
+
+
+def immovable_rows(snapshot: ClusterSnapshot) -> list[dict[str, str]]:
+    """Containers every plan leaves where they are, and why (their nodes stay on)."""
+    return [{"container": c.name, "node": c.node, "reason": c.immovable}
+            for c in sorted(snapshot.containers, key=lambda c: c.name) if c.immovable is not None]
+
+
+IMMOVABLE_COLUMNS = (Column("container", "container", priority=0), Column("node", "node", priority=0),
+                     Column("reason", "reason", priority=0, truncate=True, min_width=24))
+
+
+def print_immovable(rows: list[dict[str, str]], wide: bool = False) -> None:
+    if rows:
+        print_table(out, IMMOVABLE_COLUMNS, rows, title="Staying put (cannot be live-migrated)", wide=wide)
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.callback(invoke_without_command=True)
+def plan(
+    ctx: typer.Context,
+    inventory: InventoryOpt = None,
+    snapshot: SnapshotOpt = None,
+    policy: Annotated[str, typer.Option(help="peakpack, noop, ffd, bestfit95, spread, dotproduct")] = "peakpack",
+    time_limit: Annotated[Optional[float], typer.Option(
+        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
+    json_out: JsonOpt = False,
+    wide: WideOpt = False,
+    explain: Annotated[Optional[str], typer.Option("--explain", metavar="CONTAINER",
+                                                   help="Also print why CONTAINER moves or stays.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Compute a plan, store it RECOMMENDED and print it; nothing on the nodes changes.
+    `peakpack apply PLAN_ID` runs it; `peakpack plan show PLAN_ID` shows a stored one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ...act.epoch import propose_plan
+    from ...domain.states import PlanStatus
+
+    inv, snap = load_inputs(inventory, snapshot)
+    if explain is not None and explain not in {c.name for c in snap.containers}:
+        raise PeakpackError(f"--explain: no container {explain!r} in the snapshot; name one it lists")
+    with open_store(db) as store:  # plans as serve plans; remembers nothing (a dry plan changes nothing)
+        proposal = propose_plan(store, inv, snap, status=PlanStatus.RECOMMENDED, dry_run=True, remember=False,
+                                policy=policy, time_limit_s=time_limit)
+    result, snap, prediction, until = proposal.plan, proposal.snapshot, proposal.prediction, proposal.expires_at
+    plan_id = result.plan_id
+    immovable = immovable_rows(snap)
+    for node, why in sorted(snap.held.items()):  # on stderr too, so it is seen with --json
+        err.print(f"held: {node}: {why}", markup=False, highlight=False)
+    if json_out:
+        doc = result.to_json()
+        for a, p in zip(doc["actions"], prediction.actions, strict=True):
+            a["prediction"] = p.to_json()
+        sys.stdout.write(json.dumps({**doc, "immovable": immovable, "held": dict(snap.held),
+                                     "status": "RECOMMENDED", "expires_at": until.isoformat(),
+                                     "prediction": prediction.to_json(),
+                                     **({"explanation": {explain: result.explanations[explain]}}
+                                        if explain is not None else {})}) + "\n")
+    else:
+        print_plan(result, wide)
+        print_immovable(immovable, wide)
+        p = prediction.to_json()
+        out.print(f"predicted over {p['horizon_s'] / 3600:g} h (model): {p['energy_saved_j'] / 1000:.1f} kJ saved "
+                  f"after {p['migration_j'] / 1000:.1f} kJ of migrations; frozen {p['frozen_ms'] / 1000:.1f} s "
+                  f"in total ({p['frozen_source']})", markup=False, highlight=False)
+        apply_with = f" --inventory {inventory}" if inventory is not None else " --inventory FILE"
+        out.print(f"stored as plan {plan_id}, RECOMMENDED until {until:%Y-%m-%d %H:%M:%S} UTC: "
+                  f"peakpack apply {plan_id}{apply_with}", markup=False, highlight=False)
+        if explain is not None:
+            out.print(f"{explain}: {result.explanations[explain]}", markup=False, highlight=False)
+
+
+SHOW_COLUMNS = (
+    Column("#", "#", justify="right", priority=0),
+    Column("action", "action", priority=0),
+    Column("what", "what", priority=0, truncate=True, min_width=16),
+    Column("state", "state", priority=0),
+    Column("saved kJ", "saved_kj", justify="right", priority=1),
+    Column("frozen s", "frozen_s", justify="right", priority=2),
+    Column("detail", "detail", priority=3, truncate=True),
+)
+
+
+@app.command("show")
+def show(
+    plan_id: Annotated[int, typer.Argument(metavar="PLAN_ID", help="A plan's id (`peakpack history plans`).")],
+    json_out: JsonOpt = False,
+    wide: WideOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Print a stored plan: its status, its actions and their journal states, its prediction."""
+    with open_store(db) as store:
+        store.plans.expire()
+        record = store.plans.get(plan_id)
+        actions = store.plans.actions(plan_id=plan_id)
+    if json_out:
+        sys.stdout.write(json.dumps({**record.to_json(), "actions": [a.to_json() for a in actions]}) + "\n")
+        return
+
+    def num(p: dict | None, key: str, scale: float) -> str:
+        return "-" if not p or p.get(key) is None else f"{p[key] / scale:.1f}"
+
+    rows = [{"#": a.index + 1, "action": a.kind, "state": a.state.value, "detail": a.detail or "",
+             "what": f"{a.container}: {a.source} -> {a.target}" if a.container else str(a.node),
+             "saved_kj": num(a.prediction, "energy_saved_j", 1000), "frozen_s": num(a.prediction, "frozen_ms", 1000)}
+            for a in actions]
+    decided = f", {record.decided_by} at {record.decided_at:%Y-%m-%d %H:%M:%S}" if record.decided_by else ""
+    print_table(out, SHOW_COLUMNS, rows, wide=wide,
+                title=f"Plan {plan_id} ({record.inventory}, {record.policy}): {record.status.value}{decided}")
+    if record.status.value == "RECOMMENDED" and record.expires_at is not None:
+        out.print(f"expires {record.expires_at:%Y-%m-%d %H:%M:%S} UTC; apply it with "
+                  f"`peakpack apply {plan_id} --inventory FILE`", markup=False, highlight=False)
+    p = record.prediction
+    out.print(f"before {record.before['power_w']:.0f} W on {record.before['nodes_on']} node(s), after "
+              f"{record.after['power_w']:.0f} W on {record.after['nodes_on']} (model)"
+              + (f"; predicted {p['energy_saved_j'] / 1000:.1f} kJ saved over {p['horizon_s'] / 3600:g} h, "
+                 f"frozen {p['frozen_ms'] / 1000:.1f} s ({p['frozen_source']})" if p else ""),
+              markup=False, highlight=False)

@@ -1,0 +1,40 @@
+"""`peakpack reconcile`: settle, by hand, what the controller would settle at its next epoch:
+unfinished or in-doubt migrations, power actions left ONGOING. Prints what it found and did."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import DbOpt, JsonOpt, load_inventory, manual_lease, open_store, out
+
+
+def reconcile(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")],
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Settle unfinished migrations and power actions from what the nodes show (never assumed)."""
+    from ...remote.shell import RemoteShell
+
+    from ..wiring import reconcile as settle_all
+
+    inv = load_inventory(inventory)
+    with open_store(db) as store, manual_lease(store, "reconcile"), RemoteShell(inv) as shell:
+        found = [f"migration {m.id} ({m.container} {m.source} -> {m.target}): {m.state.value}"
+                 for m in store.migrations.unfinished()]
+        found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events()
+                  if e.state == "ONGOING"]
+        done = settle_all(inv, store, shell)
+    if json_out:
+        sys.stdout.write(json.dumps({"found": found, "done": done}) + "\n")
+        return
+    out.print(f"found {len(found)} unfinished: " + ("nothing to do" if not found else ""), highlight=False)
+    for line in found:
+        out.print(f"  {line}", markup=False, highlight=False)
+    for line in done:
+        out.print(f"did: {line}", markup=False, highlight=False)

@@ -1,0 +1,30 @@
+"""`peakpack report --out DIR`: the stored history as an HTML page of plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import DbOpt, open_store, out, since_time
+
+
+def report(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")],
+    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 2h, 7d.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Write an HTML page with nodes on, power and energy over time, migrations and downtime."""
+    from ..report import History, write_report  # matplotlib: off every other command's start-up
+
+    start = since_time(since)
+    with open_store(db) as store:
+        h = History(
+            plans=[r.to_json() for r in store.plans.history(start)],
+            migrations=[r.to_json() for r in store.migrations.history(start)],
+            power=[r.to_json() for r in store.power.events(start)],
+            energy=[r.to_json() for r in store.energy.history(start)],
+        )
+    index = write_report(h, out_dir)
+    out.print(f"report written to {index}")

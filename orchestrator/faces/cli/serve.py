@@ -1,0 +1,89 @@
+"""`peakpack serve`: the controller loop (observe -> plan -> execute -> record) every epoch."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import Annotated, Optional
+
+import typer
+
+from ...domain.errors import PeakpackError
+from .common import DbOpt, InventoryOpt, demo_inventory, err, load_inventory, open_store
+from .plan import SnapshotOpt
+from .web import HttpAddrOpt
+
+
+def serve(
+    inventory: InventoryOpt = None,
+    snapshot: SnapshotOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Store plans, execute nothing.")] = False,
+    approve: Annotated[bool, typer.Option("--approve", help="Leave each epoch's plan RECOMMENDED for a person "
+                                          "to apply (web page) or reject; default: apply it at once.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
+    time_limit: Annotated[Optional[float], typer.Option(
+        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
+    epoch_seconds: Annotated[Optional[int], typer.Option(
+        "--epoch-seconds", min=1, help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
+        "the migration weights and the power rules all use it).")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
+    metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
+    lease_ttl: Annotated[Optional[float], typer.Option(
+        "--lease-ttl", min=1.0,
+        help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.")] = None,
+    http_port: Annotated[Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")] = None,
+    http_addr: HttpAddrOpt = "127.0.0.1",
+    db: DbOpt = None,
+) -> None:
+    """Run the controller: observe -> plan -> execute -> record every epoch until SIGTERM/SIGINT.
+
+    One controller leads a store at a time; another `serve` on the same store waits as a hot
+    standby and takes over when the leader's lease expires. `--once` fails at once instead."""
+    from ...act.controller import Controller, ControllerSettings
+
+    inv = load_inventory(inventory) if inventory else demo_inventory()
+    if epoch_seconds is not None:  # one epoch everywhere: everything downstream reads the inventory's
+        inv = replace(inv, cluster=replace(inv.cluster, epoch_seconds=epoch_seconds))
+    if inventory is None and snapshot is None:
+        dry_run = True  # the embedded demo has no real nodes to act on
+    if snapshot is not None and not dry_run:
+        raise PeakpackError("--snapshot: a snapshot file can only be planned, not executed; add --dry-run")
+    settings = ControllerSettings(
+        dry_run=dry_run,
+        approve=approve,
+        policy=policy,
+        time_limit_s=time_limit,
+        epoch_seconds=inv.cluster.epoch_seconds,
+        snapshot_path=snapshot,
+        demo=inventory is None,
+        metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
+        lease_ttl_s=lease_ttl,
+    )
+    with open_store(db) as store:
+        services = observer = None
+        if inventory is not None and snapshot is None:
+            from ..wiring import live_observer, live_services  # lazy: start-up speed
+
+            if dry_run:
+                observer = live_observer(inv, store)
+            else:
+                services = live_services(inv, store, console=err)
+        controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
+        with ExitStack() as web:
+            if http_port is not None:
+                from ..web.app import create_app
+                from ..web.server import serving_in_background
+
+                page_store = web.enter_context(open_store(db))  # its own unfenced handle: the page only reads
+                page = create_app(page_store, inv, applier=lambda plan_id, partial, by: controller.apply_stored(
+                    plan_id, partial=partial, decided_by=by))
+                port = web.enter_context(serving_in_background(page, http_addr, http_port))
+                err.print(f"web page: http://{http_addr}:{port}/", markup=False, highlight=False)
+            if once:
+                controller.run_once()
+            else:
+                controller.run_forever()
+
+

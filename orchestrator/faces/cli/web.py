@@ -1,0 +1,65 @@
+"""`peakpack web`: the live web page over a store, without a running controller (reading
+history; approving a plan executes it, which needs `--inventory`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from .common import DbOpt, err, load_inventory, open_store
+
+if TYPE_CHECKING:
+    from peakpack.db.store import Store
+
+    from ...act.apply import ApplyResult
+    from ...domain.model import Inventory
+    from ..web.app import Applier
+
+HttpPortOpt = Annotated[int, typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")]
+HttpAddrOpt = Annotated[str, typer.Option("--http-addr", help="Address for the web page; 0.0.0.0 for every interface.")]
+
+
+def web(
+    http_port: HttpPortOpt,
+    http_addr: HttpAddrOpt = "127.0.0.1",
+    inventory: Annotated[Optional[Path], typer.Option(
+        "--inventory", "-i",
+        help="Inventory: node caps, the token (web.token_file) that enables approve/reject, and the cluster "
+             "an approved plan is applied to. Without it the page is read-only.")] = None,
+    since: Annotated[str, typer.Option(help="Migrations, power events and energy of the last DURATION, e.g. 2h, 7d.")] = "24h",
+    db: DbOpt = None,
+) -> None:
+    """Serve the web page (nodes, plans, migrations, power events, energy charts) until Ctrl-C."""
+    from ...domain.inputs import parse_duration
+
+    from ..web.app import create_app
+    from ..web.server import run
+    from ..web.state import View
+
+    view = View(since=parse_duration(since, flag="--since"))
+    inv = load_inventory(inventory) if inventory else None
+    with open_store(db) as store:
+        mode = "" if inv is not None and inv.web.token_file else " (read-only: no [web] token_file)"
+        applier = None if inv is None else direct_applier(store, inv)
+        run(create_app(store, inv, view, applier=applier), http_addr, http_port,
+            lambda port: err.print(f"peakpack web: http://{http_addr}:{port}/{mode}", markup=False, highlight=False))
+
+
+def direct_applier(store: Store, inventory: Inventory) -> Applier:
+    """Apply in this process under the store's lease (`peakpack web --inventory`: no controller
+    leads; `serve` passes its controller's `apply_stored` instead, which runs between epochs).
+    The live services are built for each approved plan and closed after it."""
+    from ...act.apply import apply_plan  # lazy: start-up speed
+    from ..wiring import live_services
+
+    def apply(plan_id: int, partial: bool, by: str) -> ApplyResult:
+        services = live_services(inventory, store, err)
+        try:
+            return apply_plan(store, inventory, plan_id, partial=partial, decided_by=by, services=services,
+                              log=lambda text: err.print(f"web apply: {text}", markup=False, highlight=False))
+        finally:
+            services.close()
+
+    return apply

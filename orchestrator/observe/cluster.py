@@ -1,0 +1,282 @@
+"""What the nodes look like now, over SSH: per node its containers (name, image, CPU cores and
+memory in use, class and group from labels), and whether it is powered at all.
+
+Each container is marked movable or not, with the reason, and given the nodes it may not move
+onto (`Container.refused_on`), by the same rules migration preflight applies (`migrate.spec`), so
+the planner never proposes a move onto an observed node that preflight would refuse (a node that
+is off has no facts until it is woken; preflight still judges it then).
+A container's CPU is what its cgroup's counters measure (stored every observation; the planner
+gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
+has history, and `peakpack.memory_mb` declares its memory. A node that does
+not answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
+held: the plan neither moves containers onto or off it nor switches it, and the rest of the
+cluster is planned (and woken) as usual."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from ..domain.records import DemandRecord
+from ..domain.ports import Journal
+from peakpack.migrate import spec
+from ..remote.shell import RemoteShell
+from ..remote import SshPool
+
+from ..decide.demand import COUNTER, SAMPLE, cores_between
+from ..domain.errors import HostKeyError, NodeError
+from ..domain.model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
+
+#: every container, stopped ones too: a volume shared with a stopped container still pins both;
+#: a failing `docker ps` fails the node (an error is not an empty node)
+INSPECT_ALL = 'ids=$(docker ps -aq) || exit 1; if [ -z "$ids" ]; then echo "[]"; else docker inspect $ids; fi'
+
+#: node name -> True/False (BMC power state) or None (no BMC); power/ supplies the real one
+PowerProbe = Callable[[str], bool | None]
+
+
+#: every running container's cgroup CPU-time counter (ns) and memory in use (bytes, page cache that
+#: can be reclaimed left out, as `docker stats` does), read twice one second apart:
+#: "# UPTIME" then "NAME CPU_NS MEM_BYTES" per container ("-" for a counter it cannot read). The
+#: cgroup comes from the container's init pid (/proc/PID/cgroup), so both cgroup drivers and
+#: both cgroup versions work: v1 cpuacct.usage, v2 cpu.stat usage_usec.
+USAGE_SCRIPT = r"""
+ids=$(docker ps -q) || exit 1
+[ -n "$ids" ] || exit 0
+list=$(docker inspect -f '{{.Name}} {{.State.Pid}}' $ids 2>/dev/null)  # one may exit meanwhile
+cg() { awk -F: -v c="$2" '$2 ~ "(^|,)" c "(,|$)" {print $3; exit}' "/proc/$1/cgroup" 2>/dev/null; }
+usage() {
+  cpu=; mem=; inactive=
+  p=$(cg "$1" cpuacct)
+  if [ -n "$p" ]; then
+    for m in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct; do
+      [ -r "$m$p/cpuacct.usage" ] && { cpu=$(cat "$m$p/cpuacct.usage"); break; }
+    done
+    d=/sys/fs/cgroup/memory$(cg "$1" memory)
+    mem=$(cat "$d/memory.usage_in_bytes" 2>/dev/null)
+    inactive=$(awk '$1=="total_inactive_file" {print $2}' "$d/memory.stat" 2>/dev/null)
+  else
+    d=/sys/fs/cgroup$(awk -F: '$1=="0" {print $3; exit}' "/proc/$1/cgroup" 2>/dev/null)
+    cpu=$(awk '$1=="usage_usec" {print $2 "000"}' "$d/cpu.stat" 2>/dev/null)
+    mem=$(cat "$d/memory.current" 2>/dev/null)
+    inactive=$(awk '$1=="inactive_file" {print $2}' "$d/memory.stat" 2>/dev/null)
+  fi
+  echo "${cpu:--} $(( ${mem:-0} - ${inactive:-0} ))"
+}
+sample() {
+  echo "# $(cut -d' ' -f1 /proc/uptime)"
+  echo "$list" | while read -r name pid; do if [ "${pid:-0}" -gt 0 ]; then echo "${name#/} $(usage "$pid")"; fi; done
+}
+sample; sleep 1; sample
+"""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One container's cgroup counters as read now: CPU time (ns; None if unreadable), memory in
+    use, and the cores it used over the script's one-second sample (None without two readings)."""
+
+    container: str
+    node: str
+    cpu_time_ns: int | None
+    memory_mb: float
+    sample_cores: float | None
+
+
+def parse_usage(node: str, text: str) -> dict[str, Usage]:
+    """USAGE_SCRIPT's output -> name: Usage."""
+    samples: list[tuple[float, dict[str, tuple[int | None, float]]]] = []
+    try:
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            if parts[0] == "#":
+                samples.append((float(parts[1]), {}))
+                continue
+            name, cpu, mem = parts
+            samples[-1][1][name] = (None if cpu == "-" else int(cpu), max(0, int(mem)) / 1024**2)
+    except (ValueError, IndexError):
+        raise NodeError(node, f"container usage answered something unexpected: {text[:80]!r}") from None
+    if not samples:
+        return {}
+    (t0, first), (t1, last) = samples[0], samples[-1]
+    result = {}
+    for name, (cpu, mem) in last.items():
+        before = first.get(name, (None, 0.0))[0]
+        cores = None
+        if cpu is not None and before is not None and t1 > t0 and cpu >= before:
+            cores = (cpu - before) / 1e9 / (t1 - t0)
+        result[name] = Usage(name, node, cpu, mem, cores)
+    return result
+
+
+def parse_inspect(node: str, inspect_json: str) -> list[spec.Inspect]:
+    """INSPECT_ALL's output -> every container's inspect document."""
+    try:
+        items = json.loads(inspect_json)
+    except ValueError:
+        raise NodeError(node, "docker inspect answered something that is not JSON") from None
+    if not isinstance(items, list):
+        raise NodeError(node, "docker inspect answered something that is not a list")
+    return items
+
+
+def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usage]) -> list[Container]:
+    """The running containers of `parse_inspect`'s documents; `declared` marks those whose CPU a
+    `peakpack.cpu` label gives."""
+    try:
+        why_not = spec.immovable(items)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
+    result = []
+    for d in items:
+        try:
+            if not d["State"]["Running"]:
+                continue
+            name = d["Name"].lstrip("/")
+            labels = d["Config"].get("Labels") or {}
+            used = usage.get(name)
+            measured_cpu = (used.sample_cores or 0.0) if used else 0.0
+            measured_mem = used.memory_mb if used else 0.0
+            cls = labels.get("peakpack.class", "turtle")
+            if cls not in ("devil", "turtle"):
+                raise NodeError(node, f"container {name}: label peakpack.class={cls!r}; use devil or turtle")
+            result.append(Container(
+                name=name, node=node,
+                cpu=float(labels.get("peakpack.cpu", measured_cpu)),
+                memory_mb=float(labels.get("peakpack.memory_mb", measured_mem)),
+                image=d["Config"]["Image"], cls=ContainerClass(cls), group=labels.get("peakpack.group"),
+                immovable=why_not.get(name), ports=spec.published_ports(d), declared="peakpack.cpu" in labels,
+            ))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
+    return result
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as observed: its state and containers, or why it could not be seen."""
+
+    state: NodeState
+    containers: list[Container]
+    unknown: str | None = None  # why the node could not be observed: plan around it, never on it
+    usage: dict[str, Usage] = field(default_factory=dict)
+    #: what decides whether a container may move onto this node (None: not observed)
+    facts: spec.NodeFacts | None = None
+    #: the inspect documents of its running containers, by name, for `spec.why_not_onto`
+    inspected: dict[str, spec.Inspect] = field(default_factory=dict)
+
+
+async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
+    try:
+        inspect, used, facts = await asyncio.gather(
+            ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
+            ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
+            ssh.run(node, spec.node_facts_argv(), timeout=60),
+        )
+        usage = parse_usage(node, used.stdout)
+        items = parse_inspect(node, inspect.stdout)
+        containers = containers_of(node, items, usage)
+        running = {spec.name_of(d): d for d in items if d["State"]["Running"]}
+        return NodeView(NodeState(node, powered=True), containers, usage=usage,
+                        facts=spec.parse_node_facts(node, facts.stdout), inspected=running)
+    except HostKeyError as exc:
+        return NodeView(NodeState(node, powered=True), [], str(exc))
+    except NodeError as exc:
+        state = await asyncio.to_thread(bmc_power, node)  # ipmitool blocks: keep the other nodes' SSH going
+        if state is False:
+            ssh.forget(node)
+            return NodeView(NodeState(node, powered=False), [])
+        return NodeView(NodeState(node, powered=True), [],
+                        f"node {node}: not observed and its BMC {'says it is on' if state else 'cannot tell'}: "
+                        f"{str(exc).split(': ', 1)[-1]}")
+
+
+async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe) -> list[NodeView]:
+    """Every node at once, each movable container then told which observed nodes migration
+    preflight would refuse it (`spec.why_not_onto`). Shared paths to look for are known only once
+    every node answered, so a second read asks the nodes for them, only when there are any; a node
+    that cannot answer it counts as lacking them."""
+    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power) for n in nodes)))
+    paths = spec.shared_paths(d for v in views for d in v.inspected.values())
+    if paths:
+        async def with_paths(v: NodeView) -> NodeView:
+            if v.facts is None:
+                return v
+            try:
+                res = await ssh.run(v.state.name, spec.node_facts_argv(paths), timeout=60)
+                return replace(v, facts=spec.parse_node_facts(v.state.name, res.stdout))
+            except NodeError:
+                return v
+
+        views = list(await asyncio.gather(*(with_paths(v) for v in views)))
+    facts = {v.state.name: v.facts for v in views if v.facts is not None}
+    return [replace(v, containers=[with_refusals(c, v, facts) for c in v.containers]) for v in views]
+
+
+def with_refusals(c: Container, view: NodeView, facts: Mapping[str, spec.NodeFacts]) -> Container:
+    """`c` with the nodes preflight would refuse it (only a movable container has any)."""
+    if c.immovable is not None or c.name not in view.inspected:
+        return c
+    return replace(c, refused_on=spec.refused_targets(view.inspected[c.name], c.node, facts))
+
+
+def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None) -> ClusterSnapshot:
+    """Every node at once. A node that cannot be observed is held (its containers are unknown, so
+    nothing moves onto it, off it, or switches it), and the rest of the cluster is planned as usual."""
+    return observe_usage(inventory, bmc_power, shell)[0]
+
+
+def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None
+                  ) -> tuple[ClusterSnapshot, list[Usage]]:
+    """`observe_cluster`, and the cgroup counters of every container in the snapshot. `bmc_power`
+    (power/ supplies the real one) tells a node that is off from one that does not answer."""
+    own = shell is None
+    shell = shell or RemoteShell(inventory)
+    try:
+        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power))
+    finally:
+        if own:
+            shell.close()
+    held = {v.state.name: v.unknown for v in views if v.unknown is not None}
+    seen: dict[str, str] = {}
+    containers = []
+    for c in (c for v in views for c in v.containers):
+        if c.name in seen:  # two copies: neither node is touched until an operator or reconcile decides
+            why = f"container {c.name} runs on both {seen[c.name]} and {c.node}"
+            held.setdefault(c.node, why)
+            held.setdefault(seen[c.name], why)
+            continue
+        seen[c.name] = c.node
+        containers.append(c)
+    snapshot = ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
+    usage = [v.usage[c.name] for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
+    return snapshot, usage
+
+
+def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord], at: datetime) -> list[DemandRecord]:
+    """This observation's demand rows, always what was measured (a `peakpack.cpu` label is only the
+    forecast's fallback): the counter delta against the container's previous row ("cgroup"), else
+    the one-second sample ("stats"). Every row keeps the counter, for the next delta and for
+    per-container energy."""
+    rows = []
+    for u in usage:
+        delta = cores_between(previous.get(u.container), u.node, u.cpu_time_ns, at)
+        cpu, interval, source = (delta[0], delta[1], COUNTER) if delta else (u.sample_cores, None, SAMPLE)
+        rows.append(DemandRecord(at=at, container=u.container, node=u.node, interval_s=interval, cpu=cpu,
+                                 cpu_time_ns=u.cpu_time_ns, memory_mb=u.memory_mb, source=source))
+    return rows
+
+
+def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
+                       bmc_power: PowerProbe) -> ClusterSnapshot:
+    """`observe_cluster`, storing every container's demand since its previous row."""
+    snapshot, usage = observe_usage(inventory, bmc_power, shell)
+    store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
+    return snapshot
+
+
