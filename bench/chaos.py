@@ -61,9 +61,9 @@ FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkil
 KILLED = """
 import os, signal, sys, threading
 from peakpack.db.store import Store
-from migrate.handler import Migration
-from orchestrator.config import load_inventory
-from orchestrator.remote import RemoteShell
+from peakpack.migrate.transaction import Migration
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.remote.shell import RemoteShell
 inventory, db, name, source, target, step, delay = sys.argv[1:]
 inv = load_inventory(inventory)
 

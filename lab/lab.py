@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import secrets
 import shlex
 import shutil
@@ -384,8 +385,6 @@ def _is_group_leader(pid: int) -> bool:
 
 
 def _port_open(address: str, port: int) -> bool:
-    import socket
-
     try:
         with socket.create_connection((address, port), timeout=1):
             return True

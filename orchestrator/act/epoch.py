@@ -67,7 +67,7 @@ def settle_orphans(journal: Journal) -> list[str]:
     action still ONGOING (in doubt after reconcile) stays APPLYING until that is settled."""
     lines = []
     plans = journal.plans
-    for record in plans.list(status=PlanStatus.APPLYING):
+    for record in plans.history(status=PlanStatus.APPLYING):
         actions = plans.actions(plan_id=record.plan_id)
         if any(a.state is ActionState.ONGOING for a in actions):
             continue

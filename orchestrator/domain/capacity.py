@@ -11,12 +11,11 @@ Pure: floats or numpy arrays in (elementwise, for the vectorised policies), bool
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .model import ClusterConfig, Container, Inventory, NodeSpec
+from .model import ClusterConfig, Container, Inventory, NodeSpec, node_loads
 
 #: Slack, in the load's own unit (cores or MB), when comparing a summed load with a capacity:
 #: float sums of the same loads in another order differ by far less; a micro-core or a byte
@@ -61,8 +60,6 @@ def fits(
 def over_cap_nodes(inventory: Inventory, containers: Iterable[Container], cap: float | None = None) -> set[str]:
     """Inventory nodes whose containers do not `fit` under the caps (`cap` overrides the
     cluster's CPU cap): where moves are cap fixes, which windows, budgets and hysteresis allow."""
-    from .model import node_loads
-
     return {n for n, load in node_loads(containers).items() if n in inventory.nodes_by_name
             and not fits(load.cpu, load.memory_mb, *node_capacity(inventory.node(n), inventory.cluster, cap))}
 

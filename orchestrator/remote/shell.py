@@ -44,7 +44,7 @@ class RemoteShell:
 
     @cached_property
     def engines(self) -> "EnginePool":
-        from .docker_api import EnginePool  # the docker SDK loads only for callers that use it
+        from .docker_api import EnginePool  # lazy: the docker SDK loads only for callers that use it
 
         return EnginePool(self.inventory)
 

@@ -14,7 +14,7 @@ from ..domain.errors import PeakpackError
 
 
 def _policies() -> types.ModuleType:
-    from . import policies
+    from . import policies  # lazy: the CLI lists the names at start-up; numpy and the planner load on use
 
     return policies
 

@@ -155,9 +155,9 @@ def test_power_cut_at_a_step(clean_lab: Lab, tmp_path: Path, side: str, step: st
 KILLED_AT = textwrap.dedent("""
     import os, signal, sys
     from peakpack.db.store import Store
-    from migrate.handler import Migration
-    from orchestrator.config import load_inventory
-    from orchestrator.remote import RemoteShell
+    from peakpack.migrate.transaction import Migration
+    from peakpack.orchestrator.domain.config import load_inventory
+    from peakpack.orchestrator.remote.shell import RemoteShell
     inventory, db, step = sys.argv[1:]
     inv = load_inventory(inventory)
 

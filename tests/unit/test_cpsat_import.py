@@ -21,7 +21,7 @@ NEEDS = {
 CHECK = """
 import sys
 sys.path.insert(0, {folder!r})
-from orchestrator.planner.cpsat import _import_without_pandas
+from peakpack.orchestrator.decide.planner.cpsat import _import_without_pandas
 assert 'pandas' not in sys.modules
 module = _import_without_pandas('fake_cp_model')
 assert callable(module.frame) and module.helper.pd is sys.modules['pandas'], 'the fallback kept the placeholder'

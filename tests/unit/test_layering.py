@@ -1,97 +1,245 @@
-"""The import rules of docs/architecture.md, checked on the source: a rule that only lives in a
-document is broken by the first hurried change."""
+"""The house rules of docs/architecture.md, checked on the source: folder rules (what each folder
+may import), an import graph with no circle and no arrow from a lower layer up, transports owned by
+one module each, and no import hidden in a function without its reason. A rule that only lives in
+a document is broken by the first hurried change."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("orchestrator", "migrate", "power", "db", "lab", "inventory")
+#: folder -> its module prefix in the `peakpack` namespace (pyproject.toml's package-dir)
+PACKAGE_DIRS = {"peakpack": "peakpack", "orchestrator": "peakpack.orchestrator", "migrate": "peakpack.migrate",
+                "power": "peakpack.power", "db": "peakpack.db", "lab": "peakpack.lab",
+                "inventory": "peakpack.inventory"}
 
+#: the stages, lowest first: a folder may import only its own modules and those of the folders
+#: listed for it, all of which sit on a lower layer (docs/architecture.md, "The folders")
+LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "orchestrator": (0, ()),  # the package itself: an empty __init__
+    "orchestrator/domain": (0, ()),
+    "orchestrator/decide": (1, ("orchestrator/domain",)),
+    "orchestrator/remote": (1, ("orchestrator/domain",)),
+    "db": (1, ("orchestrator/domain",)),
+    "lab": (1, ("orchestrator/domain",)),
+    "inventory": (1, ()),
+    "orchestrator/simulate": (2, ("orchestrator/domain", "orchestrator/decide")),
+    "migrate": (2, ("orchestrator/domain", "orchestrator/remote")),
+    "power": (2, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote")),
+    "orchestrator/observe": (3, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "migrate")),
+    "orchestrator/act": (3, ("orchestrator/domain", "orchestrator/decide")),
+    "orchestrator/faces": (4, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "db", "lab",
+                               "inventory", "orchestrator/simulate", "migrate", "power", "orchestrator/observe",
+                               "orchestrator/act")),
+    "peakpack": (5, ("orchestrator/faces",)),
+}
 #: the pure core: data in, data out; nothing here may reach a node, a database or a process
-CORE = ("orchestrator/errors.py", "orchestrator/model.py", "orchestrator/names.py", "orchestrator/plan.py",
-        "orchestrator/planning.py", "orchestrator/capacity.py", "orchestrator/config.py",
-        "orchestrator/planner/", "orchestrator/simulate/", "orchestrator/settings.py", "orchestrator/forecast.py",
-        "orchestrator/demand.py", "orchestrator/review.py", "orchestrator/predict.py", "orchestrator/budgets.py")
-IO_MODULES = ("asyncssh", "docker", "paramiko", "subprocess", "socket", "sqlalchemy", "apscheduler", "pyghmi",
-              "requests", "db", "migrate", "power", "lab", "orchestrator.remote", "orchestrator.observe",
-              "orchestrator.controller", "orchestrator.wiring", "orchestrator.cli")
+PURE = ("orchestrator/domain", "orchestrator/decide", "orchestrator/simulate")
+IO_PACKAGES = ("asyncssh", "docker", "paramiko", "subprocess", "socket", "sqlalchemy", "alembic", "apscheduler",
+               "pyghmi", "requests", "starlette", "uvicorn", "prometheus_client", "threading")
+#: third-party packages that exactly these files (or folders) may import
+OWNERS = {"asyncssh": ("orchestrator/remote/ssh.py",), "docker": ("orchestrator/remote/docker_api.py",),
+          "paramiko": ("orchestrator/remote/docker_api.py",), "sqlalchemy": ("db/",), "alembic": ("db/",),
+          "starlette": ("orchestrator/faces/web/",), "uvicorn": ("orchestrator/faces/web/",),
+          "jinja2": ("orchestrator/faces/web/",), "pyghmi": ("lab/",)}
 
-#: third-party packages that exactly one module may import
-OWNERS = {"asyncssh": ("orchestrator/remote/ssh.py",), "docker": ("orchestrator/remote/engine.py",),
-          "paramiko": ("orchestrator/remote/engine.py",)}
+
+def sources() -> list[Path]:
+    return sorted(p for d in PACKAGE_DIRS for p in (ROOT / d).rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join([PACKAGE_DIRS[parts[0]], *parts[1:]])
 
 
-def imports(path: Path) -> set[str]:
-    """Absolute names of every module `path` imports, relative imports resolved."""
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sources()}
+
+
+def folder_of(path: Path) -> str:
+    """The layer folder a file belongs to: the longest LAYERS key that contains it."""
+    r = rel(path)
+    return max((f for f in LAYERS if r == f or r.startswith(f + "/")), key=len)
+
+
+def imports_of(path: Path) -> Iterator[tuple[str, ast.stmt, bool]]:
+    """(absolute module, statement, inside a function) for every import of `path`; `from P import n`
+    also yields P.n, which is a module when one of that name exists."""
     tree = ast.parse(path.read_text(), str(path))
     package = module_name(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    found: set[str] = set()
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inside = {id(s) for f in functions for s in ast.walk(f)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, node, id(node) in inside
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             name = ".".join([*base, node.module] if node.module else base)
+            yield name, node, id(node) in inside
+            for alias in node.names:
+                yield f"{name}.{alias.name}", node, id(node) in inside
+
+
+def internal_edges(path: Path) -> set[str]:
+    """The project's modules `path` imports (a package's __init__ only when it is imported itself)."""
+    found = set()
+    known = modules()
+    for name, node, _ in imports_of(path):
+        if name in known:
             found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)
+    # `from pkg import module` names the module, not the package's __init__
+    for name, node, _ in imports_of(path):
+        if isinstance(node, ast.ImportFrom) and name in known and any(
+                f"{name}.{a.name}" in known for a in node.names) and all(
+                f"{name}.{a.name}" in known for a in node.names):
+            found.discard(name)
+    found.discard(module_name(path))
     return found
 
 
-def sources() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+def graph() -> dict[str, set[str]]:
+    return {m: internal_edges(p) for m, p in modules().items()}
 
 
 def importers(prefix: str) -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in sources()
-            if any(m == prefix or m.startswith(prefix + ".") for m in imports(p))}
+    return {rel(p) for p in sources()
+            if any(m == prefix or m.startswith(prefix + ".") for m, _, _ in imports_of(p))}
 
 
 def test_the_import_walker_sees_relative_and_absolute_imports() -> None:
-    found = imports(ROOT / "orchestrator/wiring.py")
-    assert {"orchestrator.controller", "migrate.batch", "power.policy"} <= found
+    found = internal_edges(ROOT / "orchestrator/faces/wiring.py")
+    assert {"peakpack.migrate.batch", "peakpack.power.policy", "peakpack.orchestrator.domain.ports",
+            "peakpack.db.store"} <= found
+
+
+def test_every_source_file_has_a_layer() -> None:
+    assert all(folder_of(p) for p in sources())
+
+
+def test_every_folder_imports_only_its_own_and_the_folders_below_it() -> None:
+    by_module = {m: folder_of(p) for m, p in modules().items()}
+    broken = []
+    for path in sources():
+        folder = folder_of(path)
+        rank, allowed = LAYERS[folder]
+        for target in internal_edges(path):
+            there = by_module[target]
+            if there != folder and there not in allowed:
+                broken.append(f"{rel(path)} imports {target} ({there})")
+            elif there != folder and LAYERS[there][0] >= rank:
+                broken.append(f"{rel(path)} imports {target} from a layer not below its own")
+    assert broken == []
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    """Tarjan's strongly connected components over every import, TYPE_CHECKING ones included."""
+    edges = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_a_circle_is_found_when_there_is_one() -> None:
+    """The check above can fail: the same walk finds a planted circle."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    seen: set[str] = set()
+
+    def reaches(v: str, goal: str) -> bool:
+        if v in seen:
+            return False
+        seen.add(v)
+        return any(w == goal or reaches(w, goal) for w in edges[v])
+
+    assert reaches("a", "a") and not reaches("d", "d")
 
 
 @pytest.mark.parametrize("a, b", [("power", "migrate"), ("migrate", "power")])
 def test_power_and_migrate_never_import_each_other(a: str, b: str) -> None:
-    assert {p for p in importers(b) if p.startswith(a + "/")} == set()
+    assert {p for p in importers(f"peakpack.{b}") if p.startswith(a + "/")} == set()
 
 
-def test_only_the_cli_imports_the_lab() -> None:
-    outside = {p for p in importers("lab") if not p.startswith(("lab/", "orchestrator/cli/"))}
-    assert outside == set()
+def test_only_the_faces_import_the_lab_and_the_composition_root() -> None:
+    for target in ("peakpack.lab", "peakpack.orchestrator.faces.wiring"):
+        outside = {p for p in importers(target) if not p.startswith(("lab/", "orchestrator/faces/"))}
+        assert outside == set(), target
 
 
-def test_the_core_imports_no_io_package() -> None:
+def test_the_pure_core_imports_no_io_package() -> None:
     for path in sources():
-        rel = str(path.relative_to(ROOT))
-        if not rel.startswith(CORE):
+        if folder_of(path) not in PURE:
             continue
-        bad = {m for m in imports(path) for io in IO_MODULES if m == io or m.startswith(io + ".")}
-        assert bad == set(), f"{rel} imports {sorted(bad)}"
+        bad = {m for m, _, _ in imports_of(path) for io in IO_PACKAGES if m == io or m.startswith(io + ".")}
+        assert bad == set(), f"{rel(path)} imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("package", sorted(OWNERS))
-def test_one_module_owns_each_transport(package: str) -> None:
-    assert importers(package) <= set(OWNERS[package])
+def test_one_place_owns_each_transport(package: str) -> None:
+    assert {p for p in importers(package) if not p.startswith(OWNERS[package])} == set()
 
 
-@pytest.mark.parametrize("package", ["starlette", "uvicorn", "jinja2"])
-def test_only_the_web_page_serves_http(package: str) -> None:
-    assert {p for p in importers(package) if not p.startswith("orchestrator/web/")} == set()
+@pytest.mark.parametrize("package", ["peakpack.orchestrator.faces.cli", "peakpack.lab", "peakpack.orchestrator.remote",
+                                     "peakpack.migrate", "peakpack.power", "peakpack.orchestrator.faces.wiring"])
+def test_the_web_page_reads_the_store_and_applies_through_what_it_is_handed(package: str) -> None:
+    assert {p for p in importers(package) if p.startswith("orchestrator/faces/web/")} == set()
 
 
-@pytest.mark.parametrize("package", ["orchestrator.cli", "lab", "orchestrator.remote", "migrate", "power"])
-def test_the_web_page_reads_the_store_and_applies_through_orchestrator_apply(package: str) -> None:
-    assert {p for p in importers(package) if p.startswith("orchestrator/web/")} == set()
+def test_an_import_inside_a_function_says_why() -> None:
+    """Lazy imports stay for start-up speed, each with its reason in a comment on its line or the
+    line above; none hides a circle (the graph check above sees them too)."""
+    silent = []
+    for path in sources():
+        lines = path.read_text().splitlines()
+        for _, node, inside in imports_of(path):
+            if not inside:
+                continue
+            said = lines[node.lineno - 1: node.end_lineno]
+            i = node.lineno - 2  # a block of imports shares one reason: walk up through it
+            while i >= 0 and (not lines[i].strip() or lines[i].strip().startswith(("from ", "import ", "#"))):
+                said.append(lines[i])
+                i -= 1
+            if not any("# lazy:" in line for line in said):
+                silent.append(f"{rel(path)}:{node.lineno}")
+    assert sorted(set(silent)) == []

@@ -78,7 +78,7 @@ def test_renewal_keeps_the_lease_through_a_long_epoch(url: str) -> None:
             assert not standby.try_acquire()
             time.sleep(TTL / 4)
         assert not leader.lost.is_set()
-        a.record_pinning("node-1", "web-1", "0-1")  # its writes still land
+        a.pinning.record("node-1", "web-1", "0-1")  # its writes still land
         leader.release()
         assert standby.try_acquire() and standby.token == token + 1
         standby.release()
@@ -109,9 +109,9 @@ def test_a_standby_takes_over_within_two_ttl_and_fences_the_dead_leader(url: str
         assert f"standby: took over from {leader.owner} (lease token {token + 1})" in logs
         with pytest.raises(FencedError, match=rf"controller {re.escape(standby.owner)} took over "
                                               rf"\(lease token {token + 1} > {token}\); this one stops"):
-            a.record_pinning("node-1", "web-1", "0-1")
-        b.record_pinning("node-1", "web-1", "2-3")
-        assert [p["cpuset"] for p in a.list_pinnings()] == ["2-3"]
+            a.pinning.record("node-1", "web-1", "0-1")
+        b.pinning.record("node-1", "web-1", "2-3")
+        assert [p["cpuset"] for p in a.pinning.history()] == ["2-3"]
         standby.release()
 
 
@@ -119,20 +119,20 @@ def test_a_leader_learns_at_its_next_renewal_that_another_took_over(url: str) ->
     with Store.open(url) as a, Store.open(url) as b:
         leader = Lease(a, TTL)
         token = leader.acquire()
-        taken = b.acquire_lease("serve@elsewhere:1:x:y", 60, replacing=leader.owner)  # e.g. a partition
+        taken = b.lease.acquire("serve@elsewhere:1:x:y", 60, replacing=leader.owner)  # e.g. a partition
         assert taken == token + 1
         assert leader.lost.wait(2 * TTL)
         assert leader.lost_reason == f"controller serve@elsewhere:1:x:y took over (lease token {taken} > {token})"
         with pytest.raises(FencedError, match="lease lost"):
             leader.check()
         leader.release()  # frees nothing that is not its own
-        assert b.lease_holder().holder == "serve@elsewhere:1:x:y"
+        assert b.lease.holder().holder == "serve@elsewhere:1:x:y"
 
 
 LEADER = """
 import sys, time
 from peakpack.db.store import Store
-from orchestrator.leadership import Lease
+from peakpack.orchestrator.act.leadership import Lease
 lease = Lease(Store.open(sys.argv[1]), 60.0)
 print(lease.acquire(), flush=True)
 time.sleep(600)
@@ -240,7 +240,7 @@ def test_a_leader_that_lost_the_lease_stands_by_and_leads_again(tmp_path: Path) 
         def scenario() -> None:
             try:
                 assert wait_for(lambda: store.plans.history(), 60)
-                other.acquire_lease("serve@elsewhere:1:x:y", 2 * TTL, replacing=controller.owner)  # a usurper
+                other.lease.acquire("serve@elsewhere:1:x:y", 2 * TTL, replacing=controller.owner)  # a usurper
                 assert wait_for(lambda: "standby: took over from serve@elsewhere" in log.getvalue(), 20 * TTL)
                 assert wait_for(lambda: len(store.plans.history()) == 2, 60)
             finally:

@@ -21,6 +21,7 @@ from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.act.controller import Controller, ControllerSettings, wakes_for_unsettled
 from peakpack.orchestrator.domain.ports import Services
 from peakpack.orchestrator.domain.errors import NodeError, PowerError, StoreError
+from peakpack.orchestrator.act.epoch import planning_view
 from peakpack.orchestrator.act.executor import PlanExecutor
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.plan import Action, ActionKind, Plan
@@ -251,7 +252,7 @@ def test_an_unsettled_migration_holds_both_nodes_and_is_listed_first(store: Stor
     log = io.StringIO()
     controller = Controller(inv, store, ControllerSettings(dry_run=True, demo=True, time_limit_s=5),
                             console=Console(file=log, width=300))
-    held = controller.observe().held
+    held = planning_view(store, inv, demo_snapshot(inv))[0].held
     assert set(held) == {move.source, move.target} and f"migration {mid} of {move.container}" in held[move.source]
     plan = controller.run_once()
     touched = {n for a in plan.actions for n in (a.node, a.source, a.target)}
@@ -356,7 +357,7 @@ def test_a_taken_over_controller_is_fenced_at_its_next_write(store: Store) -> No
     controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5), services=services)
     controller.start()
     successor = Store(store.engine)  # another controller's handle on the same database
-    token = successor.acquire_lease("serve@elsewhere:1:x:y", ttl_s=60, replacing=controller.owner)
+    token = successor.lease.acquire("serve@elsewhere:1:x:y", ttl_s=60, replacing=controller.owner)
     with pytest.raises(FencedError, match=rf"controller serve@elsewhere:1:x:y took over \(lease token {token} > "):
         controller.run_epoch()
     controller._epoch_job()  # in the service the first fenced write ends the leadership

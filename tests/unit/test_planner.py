@@ -243,7 +243,7 @@ def test_cp_model_import_leaves_pandas_unloaded_and_importable() -> None:
     """The planner's CP-SAT import skips pandas (0.4 s of a dry run) without hiding the real one."""
     code = (
         "import sys\n"
-        "from orchestrator.planner import cpsat\n"
+        "from peakpack.orchestrator.decide.planner import cpsat\n"
         "assert 'pandas' not in sys.modules, 'cp_model import loaded pandas'\n"
         "m = cpsat.cp_model.CpModel(); v = m.new_int_var(0, 3, 'v'); m.maximize(v)\n"
         "s = cpsat.cp_model.CpSolver(); assert s.solve(m) == cpsat.cp_model.OPTIMAL\n"

@@ -14,6 +14,7 @@ import pytest
 import peakpack.orchestrator.decide.solve
 from peakpack.orchestrator.simulate import policies
 from peakpack.orchestrator.simulate.loop import SimState, fluid_bound_kwh, simulate
+from peakpack.orchestrator.simulate.registry import get_sim_policy
 from peakpack.orchestrator.simulate.scenario import G4, G5, Scenario, cloudsim_planetlab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def test_peakpack_policy_is_the_production_planner(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(policies, "make_plan", spy)
     s = tiny([[0.2] * 3, [0.2] * 3, [0.2] * 3], [500, 500, 500])
-    r = simulate(s, policies.get_sim_policy("peakpack"))
+    r = simulate(s, get_sim_policy("peakpack"))
     assert calls == ["peakpack"] * 3
     assert r.hosts_on[-1] == 1  # small VMs consolidated on one host
 

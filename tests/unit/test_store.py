@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import peakpack.db.store
+import peakpack.db.repos
 from peakpack.orchestrator.domain.records import DemandRecord
 from peakpack.orchestrator.domain.states import PlanStatus
 from peakpack.orchestrator.domain.states import ActionState, MigrationState
@@ -158,68 +158,71 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
     plan = make_plan(inv, snap, time_limit_s=5)
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     with Store.open(url_of(store)) as old:
-        mine = old.acquire_lease("old", ttl_s=-1)  # a leader whose renewal stopped
+        mine = old.lease.acquire("old", ttl_s=-1)  # a leader whose renewal stopped
         old.fence(mine)
-        plan_id = old.save_plan(plan, inventory="demo", snapshot=snap)
-        action = old.plan_action_ids(plan_id)[0]
-        mid = old.begin_migration("web-1", "node-1", "node-2", action)
-        step = old.step_started(mid, "checkpointing")
-        event = old.begin_power_event("node-3", "power_off")
+        plan_id = old.plans.save(plan, inventory="demo", snapshot=snap)
+        action = old.plans.action_ids(plan_id)[0]
+        mid = old.migrations.begin("web-1", "node-1", "node-2", action)
+        step = old.migrations.step_started(mid, "checkpointing")
+        event = old.power.begin("node-3", "power_off")
         theirs = store.lease.acquire("new", ttl_s=60)
         store.fence(theirs)
         writes: dict[str, Callable[[], object]] = {
-            "save_plan": lambda: old.save_plan(plan, inventory="demo", snapshot=snap),
-            "set_action_state": lambda: old.set_action_state(action, ActionState.ONGOING),
-            "begin_migration": lambda: old.begin_migration("web-2", "node-1", "node-2"),
-            "step_started": lambda: old.step_started(mid, "transferring"),
-            "step_finished": lambda: old.step_finished(step, ok=True),
-            "finish_migration": lambda: old.finish_migration(mid, MigrationState.FAILED, "late"),
-            "record_pinning": lambda: old.record_pinning("node-1", "web-1", "0-1"),
-            "begin_power_event": lambda: old.begin_power_event("node-4", "power_on"),
-            "finish_power_event": lambda: old.finish_power_event(event, "SUCCEEDED"),
-            "quarantine": lambda: old.quarantine("node-4", "late"),
-            "clear_quarantine": lambda: old.clear_quarantine("node-4"),
-            "set_idle_since": lambda: old.set_idle_since("node-3", t0),
-            "add_energy_samples": lambda: old.add_energy_samples([EnergySample("node-1", t0, "rapl", energy_uj=1)]),
-            "add_energy": lambda: old.add_energy([EnergyRow("node-1", t0, t0 + timedelta(seconds=1), 1.0, "rapl")]),
-            "add_demand": lambda: old.add_demand([DemandRecord(t0, "web-1", "node-1", 60.0, 0.5, 10**9, 10.0,
+            "plans.save": lambda: old.plans.save(plan, inventory="demo", snapshot=snap),
+            "plans.set_action_state": lambda: old.plans.set_action_state(action, ActionState.ONGOING),
+            "migrations.begin": lambda: old.migrations.begin("web-2", "node-1", "node-2"),
+            "migrations.step_started": lambda: old.migrations.step_started(mid, "transferring"),
+            "migrations.step_finished": lambda: old.migrations.step_finished(step, ok=True),
+            "migrations.finish": lambda: old.migrations.finish(mid, MigrationState.FAILED, "late"),
+            "pinning.record": lambda: old.pinning.record("node-1", "web-1", "0-1"),
+            "power.begin": lambda: old.power.begin("node-4", "power_on"),
+            "power.finish": lambda: old.power.finish(event, "SUCCEEDED"),
+            "power.quarantine": lambda: old.power.quarantine("node-4", "late"),
+            "power.clear_quarantine": lambda: old.power.clear_quarantine("node-4"),
+            "power.set_idle_since": lambda: old.power.set_idle_since("node-3", t0),
+            "energy.add_samples": lambda: old.energy.add_samples([EnergySample("node-1", t0, "rapl", energy_uj=1)]),
+            "energy.add": lambda: old.energy.add([EnergyRow("node-1", t0, t0 + timedelta(seconds=1), 1.0, "rapl")]),
+            "demand.add": lambda: old.demand.add([DemandRecord(t0, "web-1", "node-1", 60.0, 0.5, 10**9, 10.0,
                                                                "cgroup")]),
-            "set_plan_status": lambda: old.set_plan_status(plan_id, PlanStatus.APPLYING,
+            "plans.set_status": lambda: old.plans.set_status(plan_id, PlanStatus.APPLYING,
                                                            only_from=[PlanStatus.RECOMMENDED]),
-            "expire_plans": lambda: old.expire_plans(),
+            "plans.expire": lambda: old.plans.expire(),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for name, write in writes.items():
             with pytest.raises(FencedError, match=rf"^--db: controller new took over \(lease token {theirs} > {mine}\); "
                                                   r"this one stops$"):
                 write()
-        assert [p.plan_id for p in old.list_plans()] == [plan_id]  # reads are not fenced; nothing landed
-        assert {a.state for a in old.list_actions()} == {ActionState.PENDING}
-        assert [m.state for m in old.unfinished_migrations()] == [MigrationState.CHECKPOINTING]
-        assert old.list_pinnings() == [] and old.quarantined() == {} and old.idle_since("node-3") is None
-        assert [p.state for p in old.list_power_events()] == ["ONGOING"]
-        assert old.energy_samples("node-1", "rapl") == [] and old.list_energy() == []
-        assert old.demand_history() == []
+        assert [p.plan_id for p in old.plans.history()] == [plan_id]  # reads are not fenced; nothing landed
+        assert {a.state for a in old.plans.actions()} == {ActionState.PENDING}
+        assert [m.state for m in old.migrations.unfinished()] == [MigrationState.CHECKPOINTING]
+        assert old.pinning.history() == [] and old.power.quarantined() == {} and old.power.idle_since("node-3") is None
+        assert [p.state for p in old.power.events()] == ["ONGOING"]
+        assert old.energy.samples("node-1", "rapl") == [] and old.energy.history() == []
+        assert old.demand.history() == []
     store.plans.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
     store.fence(None)
     with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before
-        unfenced.quarantine("node-5", "by hand")
-        assert unfenced.quarantined() == {"node-5": "by hand"}
+        unfenced.power.quarantine("node-5", "by hand")
+        assert unfenced.power.quarantined() == {"node-5": "by hand"}
 
 
 def writes_of_the_store() -> set[str]:
-    """The Store methods that open a write transaction (self._write()), read from the source."""
-    tree = ast.parse(Path(peakpack.db.store.__file__).read_text())
-    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Store"]
-    return {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and f.name != "_write"
-            and "self._write()" in ast.unparse(f)}
+    """The repository methods that open a write transaction (self._write()), read from the source,
+    as "repository.method" (e.g. "plans.save")."""
+    found = set()
+    for path in sorted(Path(peakpack.db.repos.__file__).parent.glob("*.py")):
+        for cls in (n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)):
+            found |= {f"{path.stem}.{f.name}" for f in cls.body if isinstance(f, ast.FunctionDef)
+                      and "self._write()" in ast.unparse(f)}
+    return found
 
 
 def test_a_write_in_a_read_transaction_is_a_bug(store: Store) -> None:
     from peakpack.db.schema import PinningRow
 
     with pytest.raises(RuntimeError, match="fenced"):
-        with store._tx() as s:
+        with store.pinning._tx() as s:
             s.add(PinningRow(node="n", container="c", cpuset="0", at=datetime.now(timezone.utc)))
 
 
@@ -239,7 +242,7 @@ def test_racing_take_overs_have_exactly_one_winner(store: Store) -> None:
             def race(i: int, h: Store) -> None:
                 start.wait()
                 try:
-                    got[i] = h.acquire_lease(f"racer-{i}", ttl_s=60)
+                    got[i] = h.lease.acquire(f"racer-{i}", ttl_s=60)
                 except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
                     got[i] = exc
 

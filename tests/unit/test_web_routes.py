@@ -14,7 +14,8 @@ from starlette.testclient import TestClient
 from peakpack.orchestrator.domain.states import PlanStatus
 from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.states import MigrationState
-from peakpack.db.store import Store, now
+from peakpack.db.base import now
+from peakpack.db.store import Store
 from peakpack.orchestrator.domain.config import demo_snapshot, parse_inventory
 from peakpack.orchestrator.domain.errors import InventoryError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory
@@ -45,17 +46,17 @@ def store(tmp_path: Path, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> I
     plan's observation, a node switched off after it, and energy rows for nodes and containers."""
     _, snap, plan = planned
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as s:
-        old = s.save_plan(plan, "demo", snap)
-        s.set_plan_status(old, PlanStatus.APPLIED, only_from=[PlanStatus.RECOMMENDED])
-        s.save_plan(plan, "demo", snap)
+        old = s.plans.save(plan, "demo", snap)
+        s.plans.set_status(old, PlanStatus.APPLIED, only_from=[PlanStatus.RECOMMENDED])
+        s.plans.save(plan, "demo", snap)
         moved = snap.containers[0]
         target = next(n.name for n in snap.nodes if n.name not in (moved.node, "head"))
-        m = s.begin_migration(moved.name, moved.node, target)
-        s.finish_migration(m, MigrationState.SUCCEEDED, frozen_ms=123.4, total_ms=2345.6)
-        e = s.begin_power_event("node-8", "power_off", reason="empty")
-        s.finish_power_event(e, "SUCCEEDED")
+        m = s.migrations.begin(moved.name, moved.node, target)
+        s.migrations.finish(m, MigrationState.SUCCEEDED, frozen_ms=123.4, total_ms=2345.6)
+        e = s.power.begin("node-8", "power_off", reason="empty")
+        s.power.finish(e, "SUCCEEDED")
         t0 = now() - timedelta(minutes=20)
-        s.add_energy([EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 7200.0, "rapl"),
+        s.energy.add([EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 7200.0, "rapl"),
                       EnergyRow("node-1", t0 + timedelta(minutes=10), t0 + timedelta(minutes=20), 3600.0, "rapl"),
                       EnergyRow("node-2", t0, t0 + timedelta(minutes=10), 1800.0, "model"),
                       EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 360.0, "rapl", container=moved.name)])

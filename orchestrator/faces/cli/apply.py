@@ -69,7 +69,7 @@ def reject(
     db: DbOpt = None,
 ) -> None:
     """Mark RECOMMENDED plan PLAN_ID as REJECTED: it will never run."""
-    from ...act.apply import reject_plan
+    from ...act.apply import reject_plan  # lazy: start-up speed (each command loads only what it uses)
 
     inv = load_inventory(inventory) if inventory is not None else None
     with open_store(db) as store:

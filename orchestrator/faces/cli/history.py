@@ -139,7 +139,7 @@ def history(
 def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
     """Each plan with its "ledger": measured energy and downtime against its prediction
     (`orchestrator.predict.check_prediction` says what is compared with what)."""
-    from ...decide.predict import check_prediction
+    from ...decide.predict import check_prediction  # lazy: start-up speed (each command loads only what it uses)
 
     store.plans.expire()
     plans = store.plans.history(since)
@@ -162,7 +162,7 @@ def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
 def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
                  container: str | None = None) -> list[dict[str, Any]]:
     if kind is HistoryKind.DEMAND:
-        from ...decide.demand import with_forecasts
+        from ...decide.demand import with_forecasts  # lazy: start-up speed (each command loads only what it uses)
 
         return with_forecasts(store.demand.history(container, since), store.plans.cpus(since))
     if kind is HistoryKind.PLANS:

@@ -17,7 +17,7 @@ DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Lab folder (defau
 
 
 def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
-    from peakpack.lab import Lab
+    from peakpack.lab import Lab  # lazy: start-up speed (each command loads only what it uses)
 
     return Lab(folder)
 
@@ -93,7 +93,7 @@ def fault(
     folder: DirOpt = None,
 ) -> None:
     """Inject a real fault into NODE, or undo one; exactly one flag; repeating one is harmless."""
-    from peakpack.lab import Fault
+    from peakpack.lab import Fault  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.lab.node import LabError
 
     flags = {Fault.PARTITION: partition, Fault.HEAL: heal, Fault.KILL_DOCKERD: kill_dockerd,

@@ -26,12 +26,12 @@ def migrate(
     json_out: JsonOpt = False,
 ) -> None:
     """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
-    from peakpack.migrate.transaction import Migration
+    from peakpack.migrate.transaction import Migration  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.power.ipmi import power_probe
     from ...domain.inputs import container_name, node_name
     from ...remote.shell import RemoteShell
 
-    from ...observe.cluster import observe_cluster
+    from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
 
     container_name(container)
     node_name(to, "--to")
@@ -71,18 +71,18 @@ def pin(
     json_out: JsonOpt = False,
 ) -> None:
     """Give devils cores (and caches) of their own and pack turtles together, on one node."""
-    from ...domain.inputs import node_name
+    from ...domain.inputs import node_name  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.migrate.pinning import apply_pinning
     from ...remote.shell import RemoteShell
 
-    from ...observe.cluster import observe_node
+    from ...observe.cluster import observe_node  # lazy: start-up speed (each command loads only what it uses)
 
     node_name(node)
     inv = load_inventory(inventory)
     if node not in inv.nodes_by_name:
         raise PeakpackError(f"NODE: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
     with open_store(db) as store, manual_lease(store, "pin"), RemoteShell(inv) as shell:
-        from peakpack.power.ipmi import power_probe
+        from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
 
         view = shell.call(observe_node(shell.pool, node, power_probe(inv)))
         if view.unknown is not None:

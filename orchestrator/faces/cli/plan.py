@@ -29,6 +29,7 @@ def load_inputs(
     inventory_path: Path | None, snapshot_path: Path | None
 ) -> tuple[Inventory, ClusterSnapshot]:
     """Inventory and snapshot from files, the live nodes, or the embedded demo."""
+    # lazy: start-up speed (each command loads only what it uses)
     from ...domain.config import demo_inventory, demo_snapshot, load_inventory, load_snapshot
 
     if inventory_path is None:
@@ -39,9 +40,9 @@ def load_inputs(
     inventory = load_inventory(inventory_path)
     if snapshot_path is not None:
         return inventory, load_snapshot(snapshot_path, inventory)
-    from ...observe.cluster import observe_cluster
+    from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
 
-    from peakpack.power.ipmi import power_probe
+    from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
 
     return inventory, observe_cluster(inventory, power_probe(inventory))
 
@@ -113,7 +114,7 @@ def plan(
     `peakpack apply PLAN_ID` runs it; `peakpack plan show PLAN_ID` shows a stored one."""
     if ctx.invoked_subcommand is not None:
         return
-    from ...act.epoch import propose_plan
+    from ...act.epoch import propose_plan  # lazy: start-up speed (each command loads only what it uses)
     from ...domain.states import PlanStatus
 
     inv, snap = load_inputs(inventory, snapshot)

@@ -19,9 +19,9 @@ def reconcile(
     json_out: JsonOpt = False,
 ) -> None:
     """Settle unfinished migrations and power actions from what the nodes show (never assumed)."""
-    from ...remote.shell import RemoteShell
+    from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
 
-    from ..wiring import reconcile as settle_all
+    from ..wiring import reconcile as settle_all  # lazy: start-up speed (each command loads only what it uses)
 
     inv = load_inventory(inventory)
     with open_store(db) as store, manual_lease(store, "reconcile"), RemoteShell(inv) as shell:

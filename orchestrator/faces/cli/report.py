@@ -16,7 +16,7 @@ def report(
     db: DbOpt = None,
 ) -> None:
     """Write an HTML page with nodes on, power and energy over time, migrations and downtime."""
-    from ..report import History, write_report  # matplotlib: off every other command's start-up
+    from ..report import History, write_report  # lazy: start-up speed (each command loads only what it uses)
 
     start = since_time(since)
     with open_store(db) as store:

@@ -40,6 +40,7 @@ def serve(
 
     One controller leads a store at a time; another `serve` on the same store waits as a hot
     standby and takes over when the leader's lease expires. `--once` fails at once instead."""
+    # lazy: start-up speed (each command loads only what it uses)
     from ...act.controller import Controller, ControllerSettings
 
     inv = load_inventory(inventory) if inventory else demo_inventory()
@@ -73,7 +74,7 @@ def serve(
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
         with ExitStack() as web:
             if http_port is not None:
-                from ..web.app import create_app
+                from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
                 from ..web.server import serving_in_background
 
                 page_store = web.enter_context(open_store(db))  # its own unfenced handle: the page only reads

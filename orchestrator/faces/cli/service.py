@@ -44,7 +44,7 @@ class ServiceFiles:
 
 
 def service_files(inv: Inventory, inventory: Path) -> ServiceFiles:
-    from ...domain.config import _secret_file  # on use: pydantic stays off other commands' start-up
+    from ...domain.config import _secret_file  # lazy: start-up speed (each command loads only what it uses)
 
     secrets: list[Path] = []
     readable: list[Path] = []

@@ -24,6 +24,7 @@ def simulate(
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""
+    # lazy: start-up speed (each command loads only what it uses)
     from ...simulate.loop import fluid_bound_kwh, simulate as run
     from ...simulate.policies import PlannerPolicy
     from ...simulate.registry import get_sim_policy
@@ -40,7 +41,7 @@ def simulate(
         task = bar.add_task("steps", total=sc.steps)
         result = run(sc, pol, progress=lambda _t: bar.advance(task))
     if plot is not None:
-        from ...simulate.plot import plot_run
+        from ...simulate.plot import plot_run  # lazy: start-up speed (each command loads only what it uses)
 
         plot_run(result, sc.step_seconds, plot)
     if json_out:

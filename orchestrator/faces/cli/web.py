@@ -32,9 +32,9 @@ def web(
     db: DbOpt = None,
 ) -> None:
     """Serve the web page (nodes, plans, migrations, power events, energy charts) until Ctrl-C."""
-    from ...domain.inputs import parse_duration
+    from ...domain.inputs import parse_duration  # lazy: start-up speed (each command loads only what it uses)
 
-    from ..web.app import create_app
+    from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
     from ..web.server import run
     from ..web.state import View
 

@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from peakpack.db.store import Store
 
+from ...act.apply import reject_plan
 from ...domain.errors import PeakpackError
 from ...domain.model import Inventory
 from .state import View, page_state
@@ -95,8 +96,6 @@ def create_app(store: Store, inventory: Inventory | None = None, view: View = Vi
         plan_id = int(request.path_params["plan_id"])
         who = str(form.get("by") or "").strip() or (request.client.host if request.client else "unknown")
         decided_by = f"web:{who}"
-        from ...act.apply import reject_plan
-
         try:
             if request.path_params["decision"] == "reject":
                 await run_in_threadpool(reject_plan, store, plan_id, decided_by)
