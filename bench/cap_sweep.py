@@ -12,14 +12,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate  # noqa: E402
-from peakpack.orchestrator.simulate.registry import get_sim_policy  # noqa: E402
-from peakpack.orchestrator.simulate.scenario import load_scenario  # noqa: E402
+from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate
+from peakpack.orchestrator.simulate.registry import get_sim_policy
+from peakpack.orchestrator.simulate.scenario import load_scenario
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetlab"
 
@@ -41,8 +41,11 @@ def main() -> None:
         r = simulate(sc, pol)
         bound = fluid_bound_kwh(sc, cap)
         rows.append((cap, r.energy_kwh, bound, r.migrations, r.slatah))
-        print(f"{cap:5.2f} {r.energy_kwh:8.2f} {bound:8.2f} {r.energy_kwh / bound:7.3f} {r.migrations:10d} {r.slatah:8.2%}",
-              flush=True)
+        print(
+            f"{cap:5.2f} {r.energy_kwh:8.2f} {bound:8.2f} {r.energy_kwh / bound:7.3f} "
+            f"{r.migrations:10d} {r.slatah:8.2%}",
+            flush=True,
+        )
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5), dpi=100)
     axes[0].plot(caps, [r[1] for r in rows], "o-", label="peakpack")
     axes[0].plot(caps, [r[2] for r in rows], "--", label="fluid bound")

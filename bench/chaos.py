@@ -36,22 +36,22 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peakpack.orchestrator.domain.records import MigrationRecord, StepRecord  # noqa: E402
-from peakpack.orchestrator.domain.states import MigrationState  # noqa: E402
 from peakpack.db.store import Store
-from peakpack.lab import Lab  # noqa: E402
-from peakpack.lab.faults import Fault  # noqa: E402
-from peakpack.lab.node import start_node, stop_node  # noqa: E402
-from peakpack.migrate.batch import reconcile_migrations  # noqa: E402
-from peakpack.migrate.transaction import Migration  # noqa: E402
-from peakpack.orchestrator.domain.config import load_inventory  # noqa: E402
-from peakpack.orchestrator.remote.shell import RemoteShell  # noqa: E402
-from peakpack.power.ipmi import power_probe  # noqa: E402
+from peakpack.lab import Lab
+from peakpack.lab.faults import Fault
+from peakpack.lab.node import start_node, stop_node
+from peakpack.migrate.batch import reconcile_migrations
+from peakpack.migrate.transaction import Migration
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.records import MigrationRecord, StepRecord
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.remote.shell import RemoteShell
+from peakpack.power.ipmi import power_probe
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "peakpack/busybox:lab"
@@ -105,7 +105,7 @@ def inject(lab: Lab, kind: str, node: str) -> None:
 
 
 def _utc(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)  # SQLite keeps no zone
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite keeps no zone
 
 
 def died_with_node(n: str, side: str, at: datetime, ran_on: str, m: MigrationRecord, steps: list[StepRecord]) -> bool:
@@ -181,11 +181,12 @@ def main() -> None:
                     hit_at.append(time.monotonic())
             else:
                 async def hook(now: str, kind: str = kind, step: str = step, side: str = side,
-                               delay: float = delay) -> None:
+                               delay: float = delay, hit_wall: list = hit_wall, hit_at: list = hit_at,
+                               threads: list = threads) -> None:
                     if now == step and kind != "none":
                         def later() -> None:
                             time.sleep(delay)
-                            hit_wall.append(datetime.now(timezone.utc))
+                            hit_wall.append(datetime.now(UTC))
                             inject(lab, kind, side)
                             hit_at.append(time.monotonic())
                         threads.append(threading.Thread(target=later, daemon=True))
@@ -211,7 +212,9 @@ def main() -> None:
                 outcomes[last.state.value] += 1
             if hit_at:
                 recovery.append(time.monotonic() - hit_at[0])
-            killer = kind in ("power-cut", "kill-dockerd") and bool(hit_wall)  # these kill every container of their node
+            killer = kind in ("power-cut", "kill-dockerd") and bool(
+                hit_wall
+            )  # these kill every container of their node
             for n in names:
                 copies = where(lab, n)
                 up = [node for node, is_up in copies.items() if is_up]

@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peakpack.db.store import Store  # noqa: E402
-from peakpack.lab import Lab  # noqa: E402
-from peakpack.migrate.transaction import Migration  # noqa: E402
-from peakpack.orchestrator.domain.config import load_inventory  # noqa: E402
-from peakpack.orchestrator.remote.shell import RemoteShell  # noqa: E402
+from peakpack.db.store import Store
+from peakpack.lab import Lab
+from peakpack.migrate.transaction import Migration
+from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.remote.shell import RemoteShell
 
 IMAGE = "peakpack/busybox:lab"
 #: $2 MB of random data in the writable layer (copied like a volume, before the freeze), then a

@@ -36,9 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peakpack.orchestrator.domain.model import Inventory  # noqa: E402
-from peakpack.orchestrator.decide.planner.registry import get_policy  # noqa: E402
-from tests.support.synthetic import random_problem  # noqa: E402
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.domain.model import Inventory
+from tests.support.synthetic import random_problem
 
 #: containers -> (nodes, time limit in seconds, target seconds or None)
 DEFAULT_SIZES = {

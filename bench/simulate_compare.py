@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate  # noqa: E402
-from peakpack.orchestrator.simulate.registry import POLICIES, get_sim_policy  # noqa: E402
-from peakpack.orchestrator.simulate.scenario import load_scenario  # noqa: E402
+from peakpack.orchestrator.simulate.loop import fluid_bound_kwh, simulate
+from peakpack.orchestrator.simulate.registry import POLICIES, get_sim_policy
+from peakpack.orchestrator.simulate.scenario import load_scenario
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetlab"
 
@@ -31,7 +31,8 @@ def main() -> None:
     if "lr-mmt-1.2" in names:  # the reference goes first so every row can show its ratio
         names.remove("lr-mmt-1.2")
         names.insert(0, "lr-mmt-1.2")
-    header = f"{'day':9} {'policy':12} {'kWh':>8} {'/LR':>6} {'/bound':>7} {'migr':>7} {'/LR':>6} {'SLATAH':>7} {'/LR':>6} {'SLAV':>10} {'s/step':>7}"
+    header = (f"{'day':9} {'policy':12} {'kWh':>8} {'/LR':>6} {'/bound':>7} {'migr':>7} {'/LR':>6} "
+              f"{'SLATAH':>7} {'/LR':>6} {'SLAV':>10} {'s/step':>7}")
     print(header)
     print("-" * len(header))
     for day in args.days:
@@ -46,9 +47,12 @@ def main() -> None:
             def ratio(a: float, b: float) -> str:
                 return f"{a / b:6.3f}" if b else "     -"
 
-            print(f"{folder.name:9} {name:12} {r.energy_kwh:8.2f} {ratio(r.energy_kwh, ref.energy_kwh)} "
-                  f"{r.energy_kwh / bound:7.3f} {r.migrations:7d} {ratio(r.migrations, ref.migrations)} "
-                  f"{r.slatah:7.2%} {ratio(r.slatah, ref.slatah)} {r.slav:10.3e} {r.plan_seconds_mean:7.3f}", flush=True)
+            print(
+                f"{folder.name:9} {name:12} {r.energy_kwh:8.2f} {ratio(r.energy_kwh, ref.energy_kwh)} "
+                f"{r.energy_kwh / bound:7.3f} {r.migrations:7d} {ratio(r.migrations, ref.migrations)} "
+                f"{r.slatah:7.2%} {ratio(r.slatah, ref.slatah)} {r.slav:10.3e} {r.plan_seconds_mean:7.3f}",
+                flush=True,
+            )
         print(f"{folder.name:9} {'fluid bound':12} {bound:8.2f}  (demand on G5 hosts at exactly 0.70)")
 
 

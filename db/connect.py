@@ -40,7 +40,9 @@ def engine_for(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise StoreError(f"--db: {url!r} is not a database URL; use sqlite:///FILE or postgresql://USER@HOST/DB") from None
+        raise StoreError(
+            f"--db: {url!r} is not a database URL; use sqlite:///FILE or postgresql://USER@HOST/DB"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().resolve().parent

@@ -3,7 +3,7 @@ bridge with its own sshd, dockerd (--experimental, CRIU), IPMI BMC (pyghmi, UDP)
 powercap-style RAPL counter driven by its containers' CPU use."""
 
 from .faults import Fault
-from .layout import LabLayout, NodeLayout
 from .lab import Lab
+from .layout import LabLayout, NodeLayout
 
 __all__ = ["Fault", "Lab", "LabLayout", "NodeLayout"]

@@ -114,7 +114,9 @@ def restart_dockerd(node: NodeLayout) -> str:
         raise LabError(f"{node.name}: powered off; power it on through its BMC (dockerd starts with it)")
     was = read_pid(node.pidfile("dockerd"))
     start_dockerd(node)
-    return f"{node.name}: dockerd {'was already running' if was else 'started'} (pid {read_pid(node.pidfile('dockerd'))})"
+    return (
+        f"{node.name}: dockerd {'was already running' if was else 'started'} (pid {read_pid(node.pidfile('dockerd'))})"
+    )
 
 
 # -- disk -------------------------------------------------------------------------------------------
@@ -166,5 +168,17 @@ def _own_disk(node: NodeLayout) -> None:
                        "nodes had disks?); recreate the lab: `peakpack lab down`, then `peakpack lab up`")
 
 
-__all__ = ["FULL_BYTES", "Fault", "NODE_LINK", "disk_free_bytes", "fill_disk", "free_disk", "heal", "inject",
-           "kill_dockerd", "partition", "partitioned", "restart_dockerd"]
+__all__ = [
+    "FULL_BYTES",
+    "NODE_LINK",
+    "Fault",
+    "disk_free_bytes",
+    "fill_disk",
+    "free_disk",
+    "heal",
+    "inject",
+    "kill_dockerd",
+    "partition",
+    "partitioned",
+    "restart_dockerd",
+]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -305,7 +305,9 @@ class Lab:
         try:
             return lab.node(node)
         except KeyError:
-            raise LabError(f"NODE: {node!r} is not in the lab; use one of {', '.join(x.name for x in lab.nodes)}") from None
+            raise LabError(
+                f"NODE: {node!r} is not in the lab; use one of {', '.join(x.name for x in lab.nodes)}"
+            ) from None
 
     def ssh_argv(self, node: str) -> list[str]:
         lab = self.layout
@@ -411,11 +413,13 @@ def _remove_cgroups(name: str) -> None:
     for controller in CGROUP_ROOT.iterdir():
         top = controller / name
         if top.is_dir():
-            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [
+                top
+            ]:
                 try:
                     d.rmdir()  # cgroup folders go with rmdir only, innermost first
                 except OSError:
                     pass
 
 
-__all__ = ["CRIU_RUNC_CONF", "Lab", "NodeStatus", "STATE_FILE", "default_dir", "ensure_criu_config"]
+__all__ = ["CRIU_RUNC_CONF", "STATE_FILE", "Lab", "NodeStatus", "default_dir", "ensure_criu_config"]

@@ -99,7 +99,7 @@ class LabLayout:
         raise KeyError(name)
 
     @classmethod
-    def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0) -> "LabLayout":
+    def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0) -> LabLayout:
         folder = folder.resolve()
         digest = hashlib.sha256(str(folder).encode()).digest()
         prefix = "pp" + digest[:2].hex()
@@ -119,7 +119,7 @@ class LabLayout:
         (self.dir / STATE_FILE).write_text(json.dumps(d, default=str, indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> "LabLayout | None":
+    def load(cls, folder: Path) -> LabLayout | None:
         path = folder.resolve() / STATE_FILE
         if not path.exists():
             return None

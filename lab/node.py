@@ -31,7 +31,9 @@ class LabError(PeakpackError):
 def sh(argv: list[str], check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(argv[:4])}...: {(proc.stderr or proc.stdout).strip().splitlines()[-1:] or proc.returncode}")
+        raise LabError(
+            f"{' '.join(argv[:4])}...: {(proc.stderr or proc.stdout).strip().splitlines()[-1:] or proc.returncode}"
+        )
     return proc
 
 

@@ -13,18 +13,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from peakpack.orchestrator.domain.records import MigrationRecord
-from peakpack.orchestrator.domain.states import ActionState, MigrationState
-from peakpack.orchestrator.domain.errors import FencedError
-from peakpack.orchestrator.domain.ports import Journal
-from peakpack.orchestrator.domain.errors import PeakpackError
+from peakpack.orchestrator.domain.errors import FencedError, PeakpackError
 from peakpack.orchestrator.domain.model import Inventory
 from peakpack.orchestrator.domain.plan import Action
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.records import MigrationRecord
+from peakpack.orchestrator.domain.states import ActionState, MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
-from .transaction import Migration
 from .settle import MigrationFacts, PowerProbe, Settler
+from .transaction import Migration
 
 ACTION_STATE = {
     MigrationState.SUCCEEDED: ActionState.SUCCEEDED,
@@ -63,7 +62,9 @@ async def execute_migrations(
                 store.plans.set_action_state(action_id, ActionState.SKIPPED, f"source unreachable: {exc}")
                 return ActionState.SKIPPED
             if got is None or not got["State"]["Running"]:
-                store.plans.set_action_state(action_id, ActionState.SKIPPED, f"{a.container} no longer runs on {a.source}")
+                store.plans.set_action_state(
+                    action_id, ActionState.SKIPPED, f"{a.container} no longer runs on {a.source}"
+                )
                 return ActionState.SKIPPED
             store.plans.set_action_state(action_id, ActionState.ONGOING)
             say(f"migrating {a.container}: {a.source} -> {a.target}")

@@ -9,10 +9,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import Container, ContainerClass
-
+from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 

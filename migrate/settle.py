@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
@@ -50,7 +50,7 @@ class MigrationFacts:
         return json.dumps(asdict(self))
 
     @classmethod
-    def loads(cls, text: str | None) -> "MigrationFacts | None":
+    def loads(cls, text: str | None) -> MigrationFacts | None:
         try:
             d = json.loads(text or "")
             return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")))

@@ -215,7 +215,9 @@ def why_not_onto(d: Inspect, here: NodeFacts, there: NodeFacts, target: str) -> 
     planner's eligibility never proposes them."""
     missing = here.cpu_flags - there.cpu_flags
     if missing:
-        return f"{target} lacks CPU features the container may use: {' '.join(sorted(missing)[:6])}; choose another node"
+        return (
+            f"{target} lacks CPU features the container may use: {' '.join(sorted(missing)[:6])}; choose another node"
+        )
     for path in bind_sources(d):
         if path not in there.paths:
             return f"shared path {path} does not exist on {target}; mount the shared storage there first"

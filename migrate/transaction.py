@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from peakpack.orchestrator.domain.errors import FencedError
-from peakpack.orchestrator.domain.states import MigrationState
-from peakpack.orchestrator.domain.ports import Journal
-from peakpack.orchestrator.domain.errors import MigrationError, NodeError, PeakpackError
-from peakpack.orchestrator.domain.model import Inventory, NodeSpec
+from peakpack.orchestrator.domain.errors import FencedError, MigrationError, NodeError, PeakpackError
 from peakpack.orchestrator.domain.inputs import container_name, node_name
+from peakpack.orchestrator.domain.model import Inventory, NodeSpec
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
@@ -175,7 +174,9 @@ class Migration:
                 settled = state not in (MigrationState.IN_DOUBT, MigrationState.ROLLBACK_FAILED)
                 self.store.migrations.step_finished(sid, ok=settled, detail=reason)
             if state is MigrationState.IN_DOUBT:
-                self.store.migrations.step_finished(self.store.migrations.step_started(self.mid, "in_doubt"), ok=False, detail=reason)
+                self.store.migrations.step_finished(
+                    self.store.migrations.step_started(self.mid, "in_doubt"), ok=False, detail=reason
+                )
                 return self._result(state, reason)
             return self._finish(state, reason)
         except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
@@ -200,7 +201,9 @@ class Migration:
         if clashes:
             raise MigrationError(f"--to: port {clashes[0]} is already published on {self.target}; "
                                  "choose another node or free the port")
-        infos = await asyncio.gather(*(self.engines.call(n, lambda api: api.info()) for n in (self.source, self.target)))
+        infos = await asyncio.gather(
+            *(self.engines.call(n, lambda api: api.info()) for n in (self.source, self.target))
+        )
         for node, info in zip((self.source, self.target), infos):
             if not info.get("ExperimentalBuild"):
                 raise NodeError(node, "dockerd runs without --experimental; checkpoint/restore needs it")

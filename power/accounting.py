@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
 from peakpack.orchestrator.domain.model import PowerCurve
+from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
 
 from .rapl import counter_delta_uj, restarted
 
@@ -33,7 +33,7 @@ def integrate_rapl(node: str, samples: Sequence[EnergySample], plan_id: int | No
             by_zone[s.zone].append(s)
     starts = []
     for zone_samples in by_zone.values():
-        for i, (a, b) in enumerate(zip(zone_samples, zone_samples[1:]), 1):
+        for a, b in zip(zone_samples, zone_samples[1:]):
             if restarted(a.boot_id, b.boot_id, a.energy_uj, b.energy_uj):  # type: ignore[arg-type]
                 starts.append(b.at)
     since = max(starts, default=None)
@@ -101,8 +101,9 @@ def kepler_split(row: EnergyRow, idle_w: float, busy_cores: float | None,
     active = the rest. Each container gets active x its cores / the node's busy cores over the
     interval (cgroup CPU-time delta against /proc/stat's non-idle time). The residual is the
     active energy of busy time no container accounts for: the OS, daemons, processes outside
-    containers, containers that came or went within the interval. When the containers' cores exceed the node's busy cores (the
-    two are read a moment apart) their shares are scaled to the whole active part and the
+    containers, containers that came or went within the interval. When the containers' cores
+    exceed the node's busy cores (the two are read a moment apart) their shares are scaled to the
+    whole active part and the
     residual is 0. With no busy time for the interval (the first after the controller started,
     or a reboot) nothing is attributed: the whole active part is residual, never guessed."""
     seconds = (row.end - row.start).total_seconds()

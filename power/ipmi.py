@@ -49,7 +49,9 @@ def ipmitool(spec: NodeSpec, *command: str, timeout: float = 30) -> str:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise PowerError(f"node {spec.name}: BMC {spec.bmc.address}:{spec.bmc.port} did not answer within {timeout:g} s") from None  # type: ignore[union-attr]
+        raise PowerError(
+            f"node {spec.name}: BMC {spec.bmc.address}:{spec.bmc.port} did not answer within {timeout:g} s"
+        ) from None  # type: ignore[union-attr]
     except FileNotFoundError:
         raise PowerError("ipmitool is not installed; run scripts/install-system-deps.sh") from None
     if proc.returncode != 0:

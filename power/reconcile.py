@@ -23,7 +23,9 @@ def reconcile_power_events(power: PowerRepo, inventory: Inventory) -> list[str]:
             lines.append(f"power event {ev.id} ({ev.action} {ev.node}): BMC unreadable, left ONGOING: {exc}")
             continue
         done = on == (ev.action == "power_on")
-        power.finish(ev.id, "SUCCEEDED" if done else "FAILED", f"controller stopped; BMC reports {'on' if on else 'off'}")
+        power.finish(
+            ev.id, "SUCCEEDED" if done else "FAILED", f"controller stopped; BMC reports {'on' if on else 'off'}"
+        )
         lines.append(f"power event {ev.id} ({ev.action} {ev.node}): {'SUCCEEDED' if done else 'FAILED'}")
     return lines
 

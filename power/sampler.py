@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
-from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.decide.demand import measured_cores
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, node_loads
+from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
 from peakpack.orchestrator.remote.shell import RemoteShell
 
 from . import ipmi
@@ -84,7 +84,7 @@ class EnergySampler:
 
     def sample(self, snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
         powered = [n.name for n in snapshot.nodes if n.powered]
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         readings = self._read(powered, now)
         rows: list[EnergyRow] = []
         window = now - timedelta(seconds=3 * self.inventory.cluster.epoch_seconds + 60)

@@ -17,8 +17,6 @@ from ..schema import (
 )
 
 
-
-
 class DemandRepo(Repo):
     def add(self, rows: Sequence[DemandRecord]) -> None:
         with self._write() as s:

@@ -22,8 +22,6 @@ from ..schema import (
 )
 
 
-
-
 class EnergyRepo(Repo):
     def add_samples(self, samples: Sequence[EnergySample]) -> None:
         with self._write() as s:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import OperationalError
@@ -21,14 +21,12 @@ from ..schema import (
 )
 
 
-
-
 class LeaseRepo(Repo):
     def _clock(self, s: Session) -> datetime:
         """Lease times come from one clock: the server's on PostgreSQL (the hosts' clocks may
         disagree), this host's on SQLite (every user of the file is on this host)."""
         server = s.scalar(select(func.now())) if self._db.engine.dialect.name == "postgresql" else None
-        return now() if server is None else server.astimezone(timezone.utc)
+        return now() if server is None else server.astimezone(UTC)
 
     @contextmanager
     def _lease_tx(self) -> Iterator[Session]:

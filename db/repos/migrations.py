@@ -24,8 +24,6 @@ from ..schema import (
 )
 
 
-
-
 class MigrationRepo(Repo):
     def begin(self, container: str, source: str, target: str, action_id: int | None = None) -> int:
         with self._write() as s:

@@ -6,13 +6,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-
 from ..base import Repo, now
 from ..schema import (
     PinningRow,
 )
-
-
 
 
 class PinningRepo(Repo):

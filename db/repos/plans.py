@@ -27,8 +27,6 @@ from ..schema import (
 )
 
 
-
-
 class PlanRepo(Repo):
     def save(self, plan: Plan, inventory: str, snapshot: ClusterSnapshot, *,
                   status: PlanStatus = PlanStatus.RECOMMENDED, expires_at: datetime | None = None,

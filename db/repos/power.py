@@ -20,8 +20,6 @@ from ..schema import (
 )
 
 
-
-
 class PowerRepo(Repo):
     def begin(self, node: str, action: str, reason: str | None = None) -> int:
         if action not in (ActionKind.POWER_ON.value, ActionKind.POWER_OFF.value):

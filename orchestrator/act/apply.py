@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..decide.review import Review, inventory_digest, review_plan
@@ -120,7 +120,7 @@ def apply_plan(store: Journal, inventory: Inventory, plan_id: int, *, partial: b
         skipped = {c.index for c in review.skipped}
         to_run = [a for i, a in enumerate(plan.actions) if i not in skipped]
         over_budget = exceeds(
-            allowance_at(inventory.budgets, inventory.windows, datetime.now(timezone.utc), store.disruption_since),
+            allowance_at(inventory.budgets, inventory.windows, datetime.now(UTC), store.disruption_since),
             [a.source for a in to_run if a.kind is ActionKind.MIGRATE and a.source],
             sum(a.kind is ActionKind.POWER_OFF for a in to_run),
             over_cap_nodes(inventory, fresh.containers, inventory.planner.cap))

@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -348,7 +348,7 @@ class Controller:
             seconds=self.settings.epoch_seconds,
             max_instances=1,
             coalesce=True,
-            next_run_time=datetime.now(timezone.utc),
+            next_run_time=datetime.now(UTC),
         )
         scheduler.start()
         self.log(f"serving {self.inventory.cluster.name}: one epoch every {self.settings.epoch_seconds}s")

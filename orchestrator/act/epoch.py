@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from ..decide.demand import Forecast, forecast_demand
 from ..decide.forecast import window_epochs
@@ -49,7 +49,7 @@ class Proposal:
 
 def expires_at(inventory: Inventory, made: datetime | None = None) -> datetime:
     """Until when a plan made now may be applied (inventory `[review] plan_ttl_seconds`)."""
-    return (made or datetime.now(timezone.utc)) + timedelta(seconds=inventory.review.plan_ttl_seconds)
+    return (made or datetime.now(UTC)) + timedelta(seconds=inventory.review.plan_ttl_seconds)
 
 
 def final_status(states: Mapping[int, ActionState]) -> PlanStatus:
@@ -111,7 +111,7 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
     when); `peakpack plan` changes nothing, so it passes False. `adjust`: the power policy's last
     check (a node quarantined meanwhile is not woken), for a plan that may be executed."""
     snapshot, forecasts = planning_view(journal, inventory, observed)
-    allowance = allowance_at(inventory.budgets, inventory.windows, datetime.now(timezone.utc),
+    allowance = allowance_at(inventory.budgets, inventory.windows, datetime.now(UTC),
                              journal.disruption_since)
     plan = make_plan(inventory, snapshot, policy=policy, time_limit_s=time_limit_s, dry_run=dry_run,
                      facts=remembered(journal, inventory, snapshot, record=remember), allowance=allowance)

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..domain.states import ActionState
-from ..domain.ports import Journal
-
 from ..domain.errors import PeakpackError
-from ..domain.ports import NodeOps
 from ..domain.plan import Action, ActionKind, Plan
+from ..domain.ports import Journal, NodeOps
+from ..domain.states import ActionState
 
 
 @dataclass

@@ -20,11 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from ..domain.errors import FencedError
-from ..domain.records import LeaseRecord
+from ..domain.errors import FencedError, StoreError
 from ..domain.ports import Journal
-
-from ..domain.errors import StoreError
+from ..domain.records import LeaseRecord
 
 #: Renewed every ttl/3 (every 3.3 s), a 10 s lease outlives two renewals that fail outright; a
 #: renewal is one short statement. Only a renewal stuck behind another writer for longer (SQLite
@@ -209,7 +207,7 @@ class Lease:
         except StoreError as exc:
             self.log(f"lease: not released ({exc}); it expires within {self.ttl_s:g} s")
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         self.acquire()
         return self
 

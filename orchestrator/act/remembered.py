@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..domain.ports import Journal
-
-from ..domain.model import ClusterSnapshot, Inventory
 from ..decide.planner.rules import Remembered, idle_updates
+from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.ports import Journal
 
 
 def remembered(store: Journal, inventory: Inventory, snapshot: ClusterSnapshot, *, record: bool = True) -> Remembered:

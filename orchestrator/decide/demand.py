@@ -23,9 +23,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .forecast import forecast, window_epochs
 from ..domain.model import ClusterSnapshot
 from ..domain.settings import ForecastSettings
+from .forecast import forecast, window_epochs
 
 #: a row's CPU figure is a counter delta over its interval, or a one-second sample (no earlier
 #: counter to subtract). Rows stored before labels became a fallback may say "label".

@@ -14,8 +14,8 @@ from ..domain.plan import Plan
 from ..domain.settings import PlannerSettings
 from .planner.build import build_plan
 from .planner.problem import Placement, PlacementProblem, Policy, Weights
-from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
 from .planner.registry import get_policy
+from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
 
 DEFAULT_POLICY = "peakpack"
 #: re-solves allowed to separate containers that publish the same host port

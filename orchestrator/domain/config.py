@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import budgets
 from .errors import InventoryError, SnapshotError
-from .settings import ForecastSettings, PlannerSettings
 from .model import (
     BmcConfig,
     ClusterConfig,
@@ -38,9 +37,12 @@ from .model import (
     SshConfig,
     WebConfig,
 )
+from .settings import ForecastSettings, PlannerSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 WEAK_CIPHER_SUITES = (0, 1, 2)
 
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=63)]
@@ -79,7 +81,7 @@ class _Forecast(_Strict):
     k_std: Annotated[float, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
-    def _one_rule(self) -> "_Forecast":
+    def _one_rule(self) -> _Forecast:
         if self.quantile is not None and self.k_std:
             raise ValueError("give quantile or k_std (mean + k_std x std), not both")
         return self
@@ -106,7 +108,7 @@ class _Power(_Strict):
     curve_w: list[Annotated[float, Field(ge=0)]] | None = None
 
     @model_validator(mode="after")
-    def _one_form(self) -> "_Power":
+    def _one_form(self) -> _Power:
         if self.curve_w is not None:
             if self.idle_w is not None or self.max_w is not None:
                 raise ValueError("give either curve_w or idle_w + max_w, not both")
@@ -265,7 +267,7 @@ def _check_address(field: str, value: str) -> None:
         ipaddress.ip_address(value)
     except ValueError:
         if not HOSTNAME_RE.match(value):
-            raise InventoryError(f"{field}: {value!r} is neither an IP address nor a host name")
+            raise InventoryError(f"{field}: {value!r} is neither an IP address nor a host name") from None
 
 
 def _existing_file(field: str, base: Path, value: str) -> Path:
@@ -398,7 +400,9 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
         value = getattr(inv.planner, key) if key in inv.planner.model_fields_set else None
         old = _ALSO_AT.get(key)
         old_section = getattr(inv, old) if old else None
-        old_value = getattr(old_section, key) if old_section is not None and key in old_section.model_fields_set else None
+        old_value = (
+            getattr(old_section, key) if old_section is not None and key in old_section.model_fields_set else None
+        )
         if value is not None and old_value is not None and value != old_value:
             raise InventoryError(f"[planner].{key} = {value} and [{old}].{key} = {old_value} differ; "
                                  f"keep only [planner].{key}")

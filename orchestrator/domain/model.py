@@ -7,12 +7,13 @@ the planner reads both and writes neither.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .budgets import Budgets, Window
 from .settings import PlannerSettings
@@ -46,7 +47,7 @@ class PowerCurve:
     watts: tuple[float, ...]
 
     @classmethod
-    def linear(cls, idle_w: float, max_w: float) -> "PowerCurve":
+    def linear(cls, idle_w: float, max_w: float) -> PowerCurve:
         return cls(tuple(idle_w + (max_w - idle_w) * p for p in LOAD_POINTS))
 
     @property
@@ -220,7 +221,7 @@ class Container:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,7 @@ class ClusterSnapshot:
         *,
         moves: Mapping[str, str] | None = None,
         power: Mapping[str, bool] | None = None,
-    ) -> "ClusterSnapshot":
+    ) -> ClusterSnapshot:
         """A new snapshot with containers moved and nodes switched; self is unchanged."""
         moves = moves or {}
         power = power or {}

@@ -8,9 +8,10 @@ test all agree on what the plan means.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .capacity import node_capacity, within
 from .errors import PlanError
@@ -34,15 +35,15 @@ class Action:
     node: str | None = None
 
     @classmethod
-    def migrate(cls, container: str, source: str, target: str) -> "Action":
+    def migrate(cls, container: str, source: str, target: str) -> Action:
         return cls(ActionKind.MIGRATE, container=container, source=source, target=target)
 
     @classmethod
-    def power_on(cls, node: str) -> "Action":
+    def power_on(cls, node: str) -> Action:
         return cls(ActionKind.POWER_ON, node=node)
 
     @classmethod
-    def power_off(cls, node: str) -> "Action":
+    def power_off(cls, node: str) -> Action:
         return cls(ActionKind.POWER_OFF, node=node)
 
     def to_json(self) -> dict[str, Any]:
@@ -56,7 +57,7 @@ class Action:
         return {"kind": self.kind.value, "node": self.node}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Action":
+    def from_json(cls, d: dict[str, Any]) -> Action:
         try:
             kind = ActionKind(d["kind"])
         except (KeyError, ValueError):

@@ -1,5 +1,6 @@
 """`peakpack report`: history as pictures. Reads the same JSON rows `peakpack history --json`
-prints, draws PNGs with matplotlib and ties them together in one self-contained HTML page (PNGs inlined, also written beside it)."""
+prints, draws PNGs with matplotlib and ties them together in one self-contained HTML page (PNGs
+inlined, also written beside it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 Row = dict[str, Any]
 

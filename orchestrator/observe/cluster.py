@@ -20,15 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from ..domain.records import DemandRecord
-from ..domain.ports import Journal
 from peakpack.migrate import spec
-from ..remote.shell import RemoteShell
-from ..remote import SshPool
 
 from ..decide.demand import COUNTER, SAMPLE, cores_between
 from ..domain.errors import HostKeyError, NodeError
 from ..domain.model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
+from ..domain.ports import Journal
+from ..domain.records import DemandRecord
+from ..remote import SshPool
+from ..remote.shell import RemoteShell
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
 #: a failing `docker ps` fails the node (an error is not an empty node)

@@ -2,7 +2,7 @@
 alike: `ssh` (asyncssh pool with pinned host keys, argv joined with shlex.join) is the one module
 that imports asyncssh."""
 
-from .ssh import CommandResult, SshPool
 from .shell import RemoteShell
+from .ssh import CommandResult, SshPool
 
 __all__ = ["CommandResult", "RemoteShell", "SshPool"]

@@ -37,7 +37,6 @@ from docker.utils import version_lt
 
 from ..domain.errors import HostKeyError, NodeError
 from ..domain.model import Inventory, NodeSpec, SshConfig
-
 from .login import pinned_login
 
 T = TypeVar("T")

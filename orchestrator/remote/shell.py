@@ -43,7 +43,7 @@ class RemoteShell:
         return self.call(all_of())
 
     @cached_property
-    def engines(self) -> "EnginePool":
+    def engines(self) -> EnginePool:
         from .docker_api import EnginePool  # lazy: the docker SDK loads only for callers that use it
 
         return EnginePool(self.inventory)
@@ -61,7 +61,7 @@ class RemoteShell:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "RemoteShell":
+    def __enter__(self) -> RemoteShell:
         return self
 
     def __exit__(self, *_: object) -> None:

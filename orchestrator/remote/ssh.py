@@ -65,7 +65,7 @@ class SshPool:
             except asyncssh.PermissionDenied:
                 raise NodeError(node, f"SSH login as {ssh.user} refused; check identity_file and the node's "
                                       "authorized_keys") from None
-            except (OSError, asyncio.TimeoutError, asyncssh.Error) as exc:
+            except (TimeoutError, OSError, asyncssh.Error) as exc:
                 last = exc
                 await asyncio.sleep(0.5 * (attempt + 1))
         raise NodeError(node, f"SSH to {spec.address}:{ssh.port} failed: {_describe(last)}")
@@ -100,7 +100,7 @@ class SshPool:
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
             await asyncio.wait_for(proc.wait_closed(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.close()
             raise OutcomeUnknown(node, f"`{_short(command)}` did not finish within {timeout:g} s") from None
         except (asyncssh.Error, OSError) as exc:

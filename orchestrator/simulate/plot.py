@@ -7,9 +7,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .loop import SimResult  # noqa: E402
+from .loop import SimResult
 
 
 def plot_run(result: SimResult, step_seconds: int, path: Path) -> Path:

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from ..decide.forecast import forecast, window_epochs
+from ..decide.planner.rules import Remembered
+from ..decide.solve import make_plan
 from ..domain.capacity import capacity, within
 from ..domain.errors import PeakpackError
 from ..domain.model import ClusterConfig, ClusterSnapshot, Container, Inventory, NodeSpec, NodeState
 from ..domain.plan import ActionKind
-from ..decide.forecast import forecast, window_epochs
-from ..decide.planner.rules import Remembered
-from ..decide.solve import make_plan
 from ..domain.settings import PlannerSettings
 from .loop import SimState
 from .scenario import Scenario
@@ -196,7 +196,7 @@ def _pabfd_into(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[
 
 
 #: the simulated clock: step t is at SIM_T0 + t x the scenario's step
-SIM_T0 = datetime(2000, 1, 1, tzinfo=timezone.utc)
+SIM_T0 = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 @dataclass

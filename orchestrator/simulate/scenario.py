@@ -56,7 +56,9 @@ class Scenario:
 
 def read_traces(folder: Path) -> tuple[tuple[str, ...], np.ndarray]:
     if not folder.is_dir():
-        raise PeakpackError(f"--trace: {folder} is not a folder; give a PlanetLab day, e.g. ../shared/data/planetlab/20110303")
+        raise PeakpackError(
+            f"--trace: {folder} is not a folder; give a PlanetLab day, e.g. ../shared/data/planetlab/20110303"
+        )
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         raise PeakpackError(f"--trace: {folder} holds no trace files")

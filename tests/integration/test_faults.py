@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.store import Store
 from peakpack.lab import Lab
 from peakpack.lab.faults import Fault
 from peakpack.lab.node import start_node, stop_node
 from peakpack.migrate.batch import reconcile_migrations
-from peakpack.migrate.transaction import Migration
 from peakpack.migrate.settle import PROCESSES_ARGV, in_flight
+from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 from peakpack.power.ipmi import power_probe
 
@@ -46,7 +46,9 @@ def start_victim(lab: Lab, script: str = COUNTER) -> tuple[int, int]:
     assert proc.returncode == 0, proc.stderr
     time.sleep(1.5)
     deadline = time.monotonic() + 120  # a script that fills its memory first counts only after that
-    while not lab.exec("node-1", ["docker", "logs", "--tail", "1", NAME]).stdout.strip() and time.monotonic() < deadline:
+    while (
+        not lab.exec("node-1", ["docker", "logs", "--tail", "1", NAME]).stdout.strip() and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     return counter(lab, "node-1")
 

@@ -84,7 +84,9 @@ def test_nodes_are_separate_and_the_inventory_is_ready(clean_lab: Lab) -> None:
     status = json.loads(peakpack("lab", "status", "--dir", str(lab.dir), "--json").stdout)
     assert [(s["name"], s["powered"], s["containers"]) for s in status] == [
         ("node-1", True, 0), ("node-2", True, 1), ("node-3", True, 0)]
-    proc = peakpack("lab", "exec", "--dir", str(lab.dir), "node-2", "--", "docker", "inspect", "-f", "{{.State.Running}}", "c1")
+    proc = peakpack(
+        "lab", "exec", "--dir", str(lab.dir), "node-2", "--", "docker", "inspect", "-f", "{{.State.Running}}", "c1"
+    )
     assert proc.stdout.strip() == "true"
     assert peakpack("lab", "exec", "--dir", str(lab.dir), "node-2", "--", "false", check=False).returncode == 1
 
@@ -252,8 +254,12 @@ def test_partition_cuts_the_node_off_but_not_its_bmc_and_heal_brings_it_back(cle
     assert proc.returncode != 0 and ("No route to host" in proc.stderr or "timed out" in proc.stderr), proc.stderr
     assert time.monotonic() - t0 < 10
     # from the node itself: nothing leaves it (its route went with the link)
-    proc = subprocess.run(["nsenter", f"--net=/var/run/netns/{node.netns}", *peer_ssh(lab), f"root@{other.address}", "true"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["nsenter", f"--net=/var/run/netns/{node.netns}", *peer_ssh(lab), f"root@{other.address}", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 255 and "Network is unreachable" in proc.stderr, proc.stderr
     # the BMC is out of band (served on the host side): it still answers
     assert "Chassis Power is on" in ipmitool(lab, "node-2", "chassis", "power", "status")

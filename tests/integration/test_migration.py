@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.store import Store
-from peakpack.migrate.transaction import Migration
 from peakpack.lab import Lab
-from peakpack.orchestrator.remote.shell import RemoteShell
+from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
 from peakpack.orchestrator.domain.errors import HostKeyError
+from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.remote.shell import RemoteShell
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,9 @@ def test_failed_restore_rolls_back_to_the_source_with_state(clean_lab: Lab, tmp_
                                 "sh", str(lab.node("node-2").dir / "docker")])
 
     with Store.open(f"sqlite:///{db}") as store, RemoteShell(inv) as shell:
-        result = shell.call(Migration(shell.pool, shell.engines, store, inv, "fragile", "node-1", "node-2", hook=break_target).run())
+        result = shell.call(
+            Migration(shell.pool, shell.engines, store, inv, "fragile", "node-1", "node-2", hook=break_target).run()
+        )
     assert result.state is MigrationState.ROLLED_BACK, result.reason
     assert running_on(lab, "fragile") == ["node-1"]
     time.sleep(1)
@@ -105,7 +107,9 @@ def test_changed_host_key_is_refused(clean_lab: Lab, tmp_path: Path) -> None:
     fake_key = " ".join((tmp_path / "k.pub").read_text().split()[:2])
     address = lab.node("node-1").address
     forged = tmp_path / "known_hosts"
-    forged.write_text("\n".join(f"{address} {fake_key}" if line.startswith(address + " ") else line for line in lines) + "\n")
+    forged.write_text(
+        "\n".join(f"{address} {fake_key}" if line.startswith(address + " ") else line for line in lines) + "\n"
+    )
     inv_text = lab.inventory_path.read_text().replace('known_hosts = "keys/known_hosts"', f'known_hosts = "{forged}"')
     inv_file = lab.dir / "forged.toml"
     inv_file.write_text(inv_text)

@@ -19,19 +19,19 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.store import Store
 from peakpack.lab import Lab
-from peakpack.migrate.transaction import Migration
 from peakpack.migrate.settle import checkpoint_name
+from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.observe.cluster import observe_cluster
-from peakpack.power.ipmi import power_probe
 from peakpack.orchestrator.remote.shell import RemoteShell
+from peakpack.power.ipmi import power_probe
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -263,9 +263,15 @@ def refused(lab: Lab, name: str, to: str, db: Path) -> str:
 def node_state(lab: Lab, node: str) -> list[list[str]]:
     """What a refused migration must not change on a node: containers, volumes, images, networks
     (each listing sorted: docker lists images created in the same second in either order)."""
-    return [sorted(sh(lab, node, "docker", *argv).splitlines()) for argv in (("ps", "-a", "--format", "{{.Names}} {{.ID}} {{.State}}"),
-                                                       ("volume", "ls", "-q"), ("images", "-q"),
-                                                       ("network", "ls", "-q"))]
+    return [
+        sorted(sh(lab, node, "docker", *argv).splitlines())
+        for argv in (
+            ("ps", "-a", "--format", "{{.Names}} {{.ID}} {{.State}}"),
+            ("volume", "ls", "-q"),
+            ("images", "-q"),
+            ("network", "ls", "-q"),
+        )
+    ]
 
 
 def test_an_image_that_cannot_be_brought_is_refused(clean_lab: Lab, tmp_path: Path) -> None:
@@ -296,9 +302,9 @@ class VolumePlugin(http.server.BaseHTTPRequestHandler):
     in a folder of the test (on a real cluster, an NFS share)."""
 
     root = Path()
-    made: set[str] = set()
+    made: ClassVar[set[str]] = set()
 
-    def do_POST(self) -> None:  # noqa: N802 - the protocol's verb
+    def do_POST(self) -> None:
         ask = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         name = ask.get("Name", "")
         where = str(self.root / name)
@@ -308,11 +314,14 @@ class VolumePlugin(http.server.BaseHTTPRequestHandler):
             self.made.add(name)
         elif verb == "Remove":
             self.made.discard(name)
-        answer = {"Activate": {"Implements": ["VolumeDriver"]},
-                  "Get": {"Volume": {"Name": name, "Mountpoint": where}} if name in self.made else {"Err": "no such volume"},
-                  "List": {"Volumes": [{"Name": n, "Mountpoint": str(self.root / n)} for n in sorted(self.made)]},
-                  "Path": {"Mountpoint": where}, "Mount": {"Mountpoint": where},
-                  "Capabilities": {"Capabilities": {"Scope": "global"}}}.get(verb, {})
+        answer = {
+            "Activate": {"Implements": ["VolumeDriver"]},
+            "Get": {"Volume": {"Name": name, "Mountpoint": where}} if name in self.made else {"Err": "no such volume"},
+            "List": {"Volumes": [{"Name": n, "Mountpoint": str(self.root / n)} for n in sorted(self.made)]},
+            "Path": {"Mountpoint": where},
+            "Mount": {"Mountpoint": where},
+            "Capabilities": {"Capabilities": {"Scope": "global"}},
+        }.get(verb, {})
         body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/vnd.docker.plugins.v1+json")

@@ -77,7 +77,7 @@ def test_plan_drift_refuse_then_apply_in_part(clean_lab: Lab, tmp_path: Path) ->
 
     shown = json.loads(cli(db, "plan", "show", str(pid), "--json").stdout)
     assert shown["status"] == "PARTIAL" and shown["decided_by"].startswith("cli:")
-    assert [a["state"] for a in shown["actions"]][0] == "SKIPPED"
+    assert shown["actions"][0]["state"] == "SKIPPED"
     assert shown["actions"][0]["detail"] == "apply --partial: no such container in the snapshot"
 
     again = cli(db, "apply", str(pid), "--inventory", inv)

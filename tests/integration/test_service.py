@@ -60,8 +60,9 @@ def planned_cpu(db: Path, plan_id: int | None = None) -> dict[str, float]:
     """container -> the cores a plan (default: the newest) was made with (its forecast, or its
     label while it has no history)"""
     with sqlite3.connect(db) as conn:
-        [(snapshot,)] = conn.execute("SELECT snapshot_json FROM plans WHERE id = coalesce(?, (SELECT max(id) FROM plans))",
-                                     (plan_id,)).fetchall()
+        [(snapshot,)] = conn.execute(
+            "SELECT snapshot_json FROM plans WHERE id = coalesce(?, (SELECT max(id) FROM plans))", (plan_id,)
+        ).fetchall()
     return {c["name"]: c["cpu"] for c in json.loads(snapshot)["containers"]}
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from peakpack.orchestrator.domain.states import MigrationState
 from tests.support.postgres import postgres_server
 
 pytestmark = pytest.mark.integration

@@ -65,7 +65,9 @@ def web_page(clean_lab: Lab, tmp_path: Path) -> Iterator[tuple[str, Path, Path]]
         proc.wait(30)
 
 
-def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(clean_lab: Lab, web_page: tuple[str, Path, Path]) -> None:
+def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(
+    clean_lab: Lab, web_page: tuple[str, Path, Path]
+) -> None:
     lab, (url, db, inventory) = clean_lab, web_page
     spread_thinly(lab)
     serve(lab, db, "--once")  # consolidates: migrations, power-off, energy rows
@@ -116,7 +118,9 @@ def test_the_page_shows_a_lab_run_and_approving_a_plan_applies_it(clean_lab: Lab
     assert len(load) >= 2 and max(load.values()) <= 0.7 * 2 + 1e-9, load
 
 
-def test_serve_approve_leaves_the_plan_to_the_page_and_the_controller_applies_it(clean_lab: Lab, tmp_path: Path) -> None:
+def test_serve_approve_leaves_the_plan_to_the_page_and_the_controller_applies_it(
+    clean_lab: Lab, tmp_path: Path
+) -> None:
     lab, db, log = clean_lab, tmp_path / "pp.db", tmp_path / "serve.log"
     spread_thinly(lab)
     with log.open("w") as stderr:
@@ -133,9 +137,11 @@ def test_serve_approve_leaves_the_plan_to_the_page_and_the_controller_applies_it
         with Browser() as browser:
             browser.goto(found.group(1))
             # the first epoch's plan appears without reloading: the page refreshes its tables itself
-            plan_id = browser.wait_for("(document.querySelector('tr.plan[data-status=RECOMMENDED] form.decide') || {}).action"
-                                       " && +document.querySelector('tr.plan[data-status=RECOMMENDED]').dataset.plan",
-                                       timeout_s=300)
+            plan_id = browser.wait_for(
+                "(document.querySelector('tr.plan[data-status=RECOMMENDED] form.decide') || {}).action"
+                " && +document.querySelector('tr.plan[data-status=RECOMMENDED]').dataset.plan",
+                timeout_s=300,
+            )
             assert len(where(lab)) == 3 and len({n[0] for n in where(lab).values()}) == 3  # nothing moved unasked
             approve(browser, plan_id)
     finally:

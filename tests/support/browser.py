@@ -109,7 +109,7 @@ class Browser:
         os.close(self._from_browser)
         shutil.rmtree(self._profile, ignore_errors=True)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -15,6 +15,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from peakpack.orchestrator.decide.planner.objective import evaluate, violations
+from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
+from peakpack.orchestrator.domain import capacity
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
@@ -26,9 +29,6 @@ from peakpack.orchestrator.domain.model import (
     NodeState,
     PowerCurve,
 )
-from peakpack.orchestrator.domain import capacity
-from peakpack.orchestrator.decide.planner.objective import evaluate, violations
-from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
 
 #: (cpus, memory_mb, idle_w, max_w) of the node types random problems draw from.
 NODE_TYPES = ((16, 65536, 90.0, 220.0), (32, 131072, 120.0, 340.0), (64, 262144, 180.0, 520.0))

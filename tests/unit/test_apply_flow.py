@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 from peakpack.db.store import Store
 from peakpack.orchestrator.act.apply import apply_plan
+from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.act.epoch import settle_orphans
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
-from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.plan import ActionKind
+from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 from tests.unit.test_plan_executor import fake_services
 
 INV = demo_inventory()
@@ -98,7 +98,7 @@ def test_partial_runs_the_rest_and_journals_what_it_skipped(store: Store) -> Non
 def test_a_plan_left_applying_by_a_crash_is_settled_from_its_journal(store: Store) -> None:
     pid = recommended(store)
     assert store.plans.set_status(pid, PlanStatus.APPLYING, only_from=[PlanStatus.RECOMMENDED], decided_by="cli:x")
-    first, *rest = store.plans.actions(plan_id=pid)
+    first, *_ = store.plans.actions(plan_id=pid)
     store.plans.set_action_state(first.id, ActionState.ONGOING)
     assert settle_orphans(store) == []  # in doubt: reconcile must settle the action first
     store.plans.set_action_state(first.id, ActionState.SUCCEEDED)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.objective import violations
+from peakpack.orchestrator.decide.planner.registry import get_policy
 from peakpack.orchestrator.domain.budgets import (
     Allowance,
     Budgets,
@@ -23,9 +26,6 @@ from peakpack.orchestrator.domain.budgets import (
 )
 from peakpack.orchestrator.domain.model import Container
 from peakpack.orchestrator.domain.plan import ActionKind, replay
-from peakpack.orchestrator.decide.planner.build import build_plan
-from peakpack.orchestrator.decide.planner.objective import violations
-from peakpack.orchestrator.decide.planner.registry import get_policy
 from tests.support.synthetic import node, problem_from
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,33 +62,33 @@ def test_days_ranges_lists_and_wrapping() -> None:
 
 
 def test_a_window_matches_local_time_in_its_zone() -> None:
-    monday_0730_utc = datetime(2026, 11, 23, 7, 30, tzinfo=timezone.utc)  # 08:30 in Berlin
+    monday_0730_utc = datetime(2026, 11, 23, 7, 30, tzinfo=UTC)  # 08:30 in Berlin
     assert WORKDAYS.active(monday_0730_utc)
     assert not WORKDAYS.active(monday_0730_utc.replace(hour=6))  # 07:00 in Berlin
-    assert not WORKDAYS.active(datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc))  # Saturday
+    assert not WORKDAYS.active(datetime(2026, 11, 28, 10, 0, tzinfo=UTC))  # Saturday
     night = Window(parse_days("fri"), parse_clock("22:00"), parse_clock("06:00"), WindowRule.NO_POWER_OFFS)
-    assert night.active(datetime(2026, 11, 28, 3, 0, tzinfo=timezone.utc))  # Saturday 03:00: Friday's night
-    assert not night.active(datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc))  # Friday 03:00: Thursday's
+    assert night.active(datetime(2026, 11, 28, 3, 0, tzinfo=UTC))  # Saturday 03:00: Friday's night
+    assert not night.active(datetime(2026, 11, 27, 3, 0, tzinfo=UTC))  # Friday 03:00: Thursday's
 
 
 def test_the_allowance_takes_the_tighter_budget_and_what_the_last_hour_used() -> None:
-    at = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
     a = allowance(Budgets(migrations_per_epoch=4, migrations_per_hour=10, power_offs_per_hour=2), (), at,
                   migrations_last_hour=8, power_offs_last_hour=2)
     assert (a.migrations, a.power_offs, a.consolidate) == (2, 0, True)
     assert "per hour" in a.migrations_why and "8 used" in a.migrations_why
-    quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc))
+    quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=UTC))
     assert not quiet.consolidate and quiet.power_offs == 0 and "mon,tue" in quiet.consolidate_why
 
 
 def test_a_stored_plan_is_checked_against_the_limits_in_force_when_it_is_applied() -> None:
-    at = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)  # a Saturday: no window
+    at = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)  # a Saturday: no window
     used = allowance(Budgets(migrations_per_hour=10, power_offs_per_hour=2), (), at,
                      migrations_last_hour=8, power_offs_last_hour=1)
     assert exceeds(used, ["n1", "n2"], 1, set()) is None
     assert "3 containers, 2 allowed now" in (exceeds(used, ["n1", "n1", "n2"], 0, set()) or "")
     assert "2 nodes off, 1 allowed now" in (exceeds(used, [], 2, set()) or "")
-    quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc))
+    quiet = allowance(Budgets(), (WORKDAYS,), datetime(2026, 11, 23, 9, 0, tzinfo=UTC))
     assert exceeds(quiet, ["hot"], 0, {"hot"}) is None  # a cap fix runs in a window
     assert "only cap fixes now" in (exceeds(quiet, ["hot", "cool"], 0, {"hot"}) or "")
     assert "only cap fixes now" in (exceeds(quiet, [], 1, set()) or "")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from peakpack.orchestrator.decide.planner.build import build_plan
+from peakpack.orchestrator.decide.planner.problem import Placement
 from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import Container, cluster_metrics
 from peakpack.orchestrator.domain.plan import ActionKind, SolverReport, replay
-from peakpack.orchestrator.decide.planner.build import build_plan
-from peakpack.orchestrator.decide.planner.problem import Placement
 from tests.support.synthetic import node, problem_from
 
 REPORT = SolverReport("TEST", 0.0, 0.0, 0.0)

@@ -10,10 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from peakpack.orchestrator.domain import capacity
-from peakpack.orchestrator.domain.errors import PlanError
-from peakpack.orchestrator.domain.model import Container
-from peakpack.orchestrator.domain.plan import Action, SolverReport, check_capacity, replay
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.cpsat import solve_nodes
 from peakpack.orchestrator.decide.planner.heuristic import start
@@ -22,6 +18,10 @@ from peakpack.orchestrator.decide.planner.objective import violations
 from peakpack.orchestrator.decide.planner.packing import Packing
 from peakpack.orchestrator.decide.planner.problem import Placement, PlacementProblem
 from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.domain import capacity
+from peakpack.orchestrator.domain.errors import PlanError
+from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.domain.plan import Action, SolverReport, check_capacity, replay
 from tests.support.synthetic import node, problem_from
 
 #: (cpu cores, memory MB) of `c`: exactly at dst's cap in one resource, or 1e-3 above it.

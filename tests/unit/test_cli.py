@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
 PEAKPACK = [sys.executable, "-m", "peakpack"]
 

@@ -4,17 +4,14 @@ and `history demand`'s join of rows with the forecast each plan used."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from peakpack.orchestrator.domain.records import DemandRecord
 from peakpack.db.store import Store
-from peakpack.orchestrator.faces.cli import app
-from peakpack.orchestrator.domain.config import demo_inventory
 from peakpack.orchestrator.decide.demand import (
     cores_between,
     forecast_demand,
@@ -22,13 +19,16 @@ from peakpack.orchestrator.decide.demand import (
     measured_cores,
     with_forecasts,
 )
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.config import demo_inventory
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Container, NodeState
-from peakpack.orchestrator.observe.cluster import Usage, demand_records, parse_usage
-from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.records import DemandRecord
 from peakpack.orchestrator.domain.settings import ForecastSettings
+from peakpack.orchestrator.faces.cli import app
+from peakpack.orchestrator.observe.cluster import Usage, demand_records, parse_usage
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def row(container: str, at: datetime, cpu: float | None, ns: int | None = None, node: str = "n1",
@@ -102,7 +102,7 @@ def test_the_planner_gets_the_forecast_and_a_container_without_history_its_label
 
 def test_history_demand_shows_rows_and_the_forecast_each_plan_used(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with Store.open(url) as store:
         store.demand.add([row("web", now - timedelta(seconds=120), None, ns=0, source="stats", interval=None),
                           row("web", now - timedelta(seconds=60), 0.5, ns=30 * 10**9),
@@ -127,7 +127,7 @@ def test_the_controller_plans_on_the_forecast_and_stores_it_with_the_plan(tmp_pa
     from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with Store.open(url) as store:
         store.demand.add([row("db-1", now - timedelta(seconds=s), cpu, node="node-1")
                           for s, cpu in ((120, 0.2), (60, 0.4))])

@@ -4,17 +4,17 @@ its `peakpack.cpu` label does not come back."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from peakpack.orchestrator.domain.records import DemandRecord
 from peakpack.orchestrator.decide.demand import forecast_demand
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Container, NodeState
-from peakpack.orchestrator.observe.cluster import Usage, demand_records
+from peakpack.orchestrator.domain.records import DemandRecord
 from peakpack.orchestrator.domain.settings import ForecastSettings
+from peakpack.orchestrator.observe.cluster import Usage, demand_records
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def usage(node: str, cpu_s: float) -> Usage:

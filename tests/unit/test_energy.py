@@ -3,17 +3,17 @@ Kepler's split of a node's energy into idle, containers' shares and residual."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from peakpack.orchestrator.domain.records import EnergySample
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import PowerCurve
+from peakpack.orchestrator.domain.records import EnergySample
 from peakpack.power.accounting import integrate_power, integrate_rapl, kepler_split, model_energy
 from peakpack.power.rapl import counter_delta_uj, parse_node_counters, parse_zones, restarted
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_counter_wraps_once_and_is_never_negative() -> None:
@@ -55,7 +55,10 @@ def test_a_reboot_is_a_reset_not_a_wrap_and_the_row_starts_after_it() -> None:
 
 
 def test_dcmi_trapezoid_model_rows_and_attribution() -> None:
-    s = [EnergySample("n", T0, "dcmi", power_w=100.0), EnergySample("n", T0 + timedelta(seconds=10), "dcmi", power_w=200.0)]
+    s = [
+        EnergySample("n", T0, "dcmi", power_w=100.0),
+        EnergySample("n", T0 + timedelta(seconds=10), "dcmi", power_w=200.0),
+    ]
     assert integrate_power("n", s).energy_j == pytest.approx(1500.0)
     row = model_energy("n", PowerCurve.linear(100, 200), 4, 2.0, T0, T0 + timedelta(seconds=10))
     assert row.source == "model" and row.energy_j == pytest.approx(1500.0)

@@ -5,11 +5,11 @@ predicts each row in that row's domain."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.decide.predict import check_prediction, predict
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
@@ -21,11 +21,11 @@ from peakpack.orchestrator.domain.model import (
     cluster_metrics,
 )
 from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
-from peakpack.orchestrator.decide.predict import check_prediction, predict
+from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
 from peakpack.power.accounting import kepler_split, model_energy, split_idle_w
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CURVE = PowerCurve.linear(100, 250)  # the wall: 100 W idle
 
 

@@ -6,21 +6,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from peakpack.db.store import Store
-from peakpack.orchestrator.domain.budgets import Allowance
-from peakpack.orchestrator.domain.model import Container
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.domain.budgets import Allowance
+from peakpack.orchestrator.domain.model import Container
 from tests.support.synthetic import node, problem_from
 
 
-def explained(allow: Allowance = Allowance(), hot: float = 0.0, pinned: bool = False):
+def explained(allow: Allowance | None = None, hot: float = 0.0, pinned: bool = False):
     nodes = [node("head", 4, head=True)] + [node(f"w{i}", 10, 65536, 100, 200) for i in range(4)]
     containers = [Container(f"c{i}-{j}", f"w{i}", 1.0, 512) for i in range(4) for j in range(2)]
     if hot:
         containers.append(Container("hot", "w0", hot, 512))
     if pinned:
         containers.append(Container("db", "w3", 0.5, 512, immovable="opted out with the label peakpack.migrate=false"))
-    problem = replace(problem_from(nodes, containers, time_limit_s=5), allowance=allow)
+    problem = replace(problem_from(nodes, containers, time_limit_s=5), allowance=allow or Allowance())
     plan = build_plan(problem, get_policy("peakpack").solve(problem), "peakpack")
     assert set(plan.explanations) == {c.name for c in containers}
     return plan, plan.explanations, problem

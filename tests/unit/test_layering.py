@@ -99,7 +99,7 @@ def internal_edges(path: Path) -> set[str]:
     """The project's modules `path` imports (a package's __init__ only when it is imported itself)."""
     found = set()
     known = modules()
-    for name, node, _ in imports_of(path):
+    for name, _, _ in imports_of(path):
         if name in known:
             found.add(name)
     # `from pkg import module` names the module, not the package's __init__
@@ -236,10 +236,18 @@ def test_an_import_inside_a_function_says_why() -> None:
             if not inside:
                 continue
             said = lines[node.lineno - 1: node.end_lineno]
-            i = node.lineno - 2  # a block of imports shares one reason: walk up through it
-            while i >= 0 and (not lines[i].strip() or lines[i].strip().startswith(("from ", "import ", "#"))):
+
+            def part_of_the_block(line: str) -> bool:
+                return not line.strip() or line.strip().startswith(("from ", "import ", "#"))
+
+            i = node.lineno - 2  # a block of imports shares one reason: walk through it both ways
+            while i >= 0 and part_of_the_block(lines[i]):
                 said.append(lines[i])
                 i -= 1
+            i = node.end_lineno or node.lineno
+            while i < len(lines) and part_of_the_block(lines[i]):
+                said.append(lines[i])
+                i += 1
             if not any("# lazy:" in line for line in said):
                 silent.append(f"{rel(path)}:{node.lineno}")
     assert sorted(set(silent)) == []

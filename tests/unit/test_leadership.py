@@ -18,15 +18,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from peakpack.orchestrator.domain.states import ActionState
-from peakpack.orchestrator.domain.errors import FencedError
 from peakpack.db.store import Store
-from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.act.controller import Controller, ControllerSettings
-from peakpack.orchestrator.domain.ports import Services
-from peakpack.orchestrator.domain.errors import StoreError
 from peakpack.orchestrator.act.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.domain.errors import FencedError, StoreError
 from peakpack.orchestrator.domain.plan import Action
+from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.states import ActionState
 from tests.support.postgres import drop_schema
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from peakpack.orchestrator.domain.inputs import container_name
 from peakpack.migrate.pinning import Cpu, cpuset, parse_lscpu, plan_cpusets
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError, PowerError
+from peakpack.orchestrator.domain.inputs import container_name
 from peakpack.orchestrator.domain.model import BmcConfig, Container, ContainerClass
 from peakpack.orchestrator.observe.cluster import containers_of, parse_inspect, parse_usage
 from peakpack.power.ipmi import ipmitool_argv, parse_dcmi, parse_status

@@ -14,6 +14,7 @@ import pytest
 
 from peakpack.migrate import spec
 from peakpack.migrate.transaction import MIN_CRIU, criu_version, handles_tcp
+from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
@@ -24,7 +25,6 @@ from peakpack.orchestrator.domain.model import (
     NodeState,
     PowerCurve,
 )
-from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 
 SERVICE: dict[str, Any] = {
     "Id": "0123456789abcdef0123", "Name": "/web", "Image": "sha256:feed",
@@ -145,14 +145,25 @@ HERE = spec.NodeFacts(volumes=frozenset({"data", "f00d"}), networks={"appnet": A
                       cpu_flags=frozenset({"fpu", "sse2", "avx2"}))
 
 
-@pytest.mark.parametrize("there, words", [
-    (spec.NodeFacts(cpu_flags=frozenset({"fpu", "sse2"})), "node-2 lacks CPU features the container may use: avx2"),
-    (replace(HERE, volumes=frozenset({"data"})), "volume data already exists on node-2; remove it there first"),
-    (replace(HERE, volumes=frozenset(), networks={"appnet": {**APPNET, "Driver": "macvlan"}}),
-     "network appnet on node-2 has driver macvlan instead of bridge; make them the same"),
-    (replace(HERE, volumes=frozenset(), networks={"appnet": {**APPNET, "IPAM": {"Config": [{"Subnet": "10.9.0.0/16"}]}}}),
-     "network appnet on node-2 has subnet 10.9.0.0/16 instead of 172.30.0.0/24"),
-])
+@pytest.mark.parametrize(
+    "there, words",
+    [
+        (spec.NodeFacts(cpu_flags=frozenset({"fpu", "sse2"})), "node-2 lacks CPU features the container may use: avx2"),
+        (replace(HERE, volumes=frozenset({"data"})), "volume data already exists on node-2; remove it there first"),
+        (
+            replace(HERE, volumes=frozenset(), networks={"appnet": {**APPNET, "Driver": "macvlan"}}),
+            "network appnet on node-2 has driver macvlan instead of bridge; make them the same",
+        ),
+        (
+            replace(
+                HERE,
+                volumes=frozenset(),
+                networks={"appnet": {**APPNET, "IPAM": {"Config": [{"Subnet": "10.9.0.0/16"}]}}},
+            ),
+            "network appnet on node-2 has subnet 10.9.0.0/16 instead of 172.30.0.0/24",
+        ),
+    ],
+)
 def test_a_target_is_refused_with_the_reason_and_the_fix(there: spec.NodeFacts, words: str) -> None:
     assert words in (spec.why_not_onto(SERVICE, HERE, there, "node-2") or "")
 
@@ -187,7 +198,7 @@ def test_node_facts_are_read_from_the_script_output() -> None:
         spec.parse_node_facts("node-2", "Cannot connect to the Docker daemon")
     for garbage in ([{"Name": "x", "IPAM": "s"}], [{"Name": "x", "IPAM": {"Config": [None]}}],
                     [{"Name": "x", "IPAM": {"Config": [{"Subnet": 7}]}}], ["x"], {"Name": "x"}):
-        with pytest.raises(NodeError, match="node-2: .*unexpected"):  # JSON of the wrong shape: the node's error
+        with pytest.raises(NodeError, match=r"node-2: .*unexpected"):  # JSON of the wrong shape: the node's error
             spec.parse_node_facts("node-2", "flags: fpu\nnetworks\n" + json.dumps(garbage))
     argv = spec.node_facts_argv(["/srv/a b"])
     assert argv[:2] == ["sh", "-c"] and argv[-1] == "/srv/a b"  # paths are arguments, never spliced in

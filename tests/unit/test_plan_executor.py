@@ -6,26 +6,24 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from peakpack.orchestrator.domain.records import EnergyRow
-from peakpack.orchestrator.domain.states import PlanStatus
-from peakpack.orchestrator.domain.states import ActionState, MigrationState
-from peakpack.orchestrator.domain.errors import FencedError
 from peakpack.db.store import Store
-from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.act.controller import Controller, ControllerSettings, wakes_for_unsettled
-from peakpack.orchestrator.domain.ports import Services
-from peakpack.orchestrator.domain.errors import NodeError, PowerError, StoreError
 from peakpack.orchestrator.act.epoch import planning_view
 from peakpack.orchestrator.act.executor import PlanExecutor
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.domain.errors import FencedError, NodeError, PowerError, StoreError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.plan import Action, ActionKind, Plan
-from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
 
 
 class FakeOps:
@@ -189,7 +187,7 @@ def test_live_controller_holds_the_lease_reconciles_and_executes(store: Store) -
 def test_energy_metric_counts_node_rows_once(store: Store) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 1500.0, "rapl"),
             EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 900.0, "rapl", container="web-1"),
             EnergyRow("node-2", t0, t0 + timedelta(seconds=60), 600.0, "model")]
@@ -203,7 +201,7 @@ def test_energy_metric_counts_node_rows_once(store: Store) -> None:
 
 def test_energy_of_a_plan_approved_on_the_web_page_is_counted(store: Store) -> None:
     inv = demo_inventory()
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 1500.0, "rapl"),
             EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 900.0, "rapl", container="web-1")]
     controller = Controller(inv, store, ControllerSettings(dry_run=False, approve=True, time_limit_s=5),
@@ -238,7 +236,9 @@ def test_a_failed_reconciliation_is_logged_and_the_epoch_goes_on(store: Store) -
 def in_doubt(store: Store, container: str, source: str, target: str) -> int:
     """A migration reconciliation could not settle yet."""
     mid = store.migrations.begin(container, source, target)
-    store.migrations.step_finished(store.migrations.step_started(mid, "in_doubt"), ok=False, detail="node-2 does not answer")
+    store.migrations.step_finished(
+        store.migrations.step_started(mid, "in_doubt"), ok=False, detail="node-2 does not answer"
+    )
     return mid
 
 
@@ -258,8 +258,13 @@ def test_an_unsettled_migration_holds_both_nodes_and_is_listed_first(store: Stor
     touched = {n for a in plan.actions for n in (a.node, a.source, a.target)}
     assert not touched & {move.source, move.target}
     lines = log.getvalue().splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith(f"unsettled: migration {mid} of {move.container} "
-                                                                         f"({move.source} -> {move.target}) is IN_DOUBT"))
+    first = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(
+            f"unsettled: migration {mid} of {move.container} ({move.source} -> {move.target}) is IN_DOUBT"
+        )
+    )
     assert first < next(i for i, line in enumerate(lines) if line.startswith("epoch: plan"))
 
 

@@ -81,9 +81,9 @@ def test_migration_onto_a_powered_off_node_needs_power_on_first() -> None:
 def test_action_json_round_trip_and_bad_plan_files() -> None:
     for a in (Action.migrate("a1", "n1", "n2"), Action.power_on("n2"), Action.power_off("n1")):
         assert Action.from_json(a.to_json()) == a
-    with pytest.raises(PlanError, match="action.kind"):
+    with pytest.raises(PlanError, match=r"action\.kind"):
         Action.from_json({"kind": "reboot", "node": "n1"})
-    with pytest.raises(PlanError, match="action.target"):
+    with pytest.raises(PlanError, match=r"action\.target"):
         Action.from_json({"kind": "migrate", "container": "a1", "source": "n1"})
 
 

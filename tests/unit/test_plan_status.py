@@ -5,19 +5,18 @@ one-line refusals `apply` gives for a plan it may not run."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from peakpack.orchestrator.domain.states import PlanStatus
 from peakpack.db.store import Store
 from peakpack.orchestrator.act.apply import check_applicable, reject_plan, stored_plan
+from peakpack.orchestrator.decide.review import inventory_digest
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import PlanError, StoreError
 from peakpack.orchestrator.domain.model import ClusterMetrics
 from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
-from peakpack.orchestrator.decide.review import inventory_digest
-
+from peakpack.orchestrator.domain.states import PlanStatus
 
 INV = demo_inventory()
 ACTIONS = (Action.migrate("web-1", "node-1", "node-2"), Action.power_off("node-1"))
@@ -27,7 +26,7 @@ def save(store: Store, expires_in: float = 3600.0) -> int:
     m = ClusterMetrics(2, 300.0, 0.5)
     plan = Plan("peakpack", ACTIONS, m, m, SolverReport("OPTIMAL", 0.1, 1.0, 1.0))
     return store.plans.save(plan, inventory="demo", snapshot=demo_snapshot(INV),
-                           expires_at=datetime.now(timezone.utc) + timedelta(seconds=expires_in),
+                           expires_at=datetime.now(UTC) + timedelta(seconds=expires_in),
                            inventory_digest=inventory_digest(INV), prediction={"energy_saved_j": 5.0},
                            action_predictions=[{"frozen_ms": 1.0}, None])
 
@@ -81,7 +80,7 @@ def test_old_plans_expire_and_are_refused(store: Store) -> None:
 
 
 def test_unknown_ids_and_other_inventories_are_refused_by_name(store: Store) -> None:
-    with pytest.raises(StoreError, match="^PLAN_ID: no plan 42 in this store"):
+    with pytest.raises(StoreError, match=r"^PLAN_ID: no plan 42 in this store"):
         store.plans.get(42)
     pid = save(store)
     other = type(INV)(cluster=type(INV.cluster)("elsewhere"), nodes=INV.nodes)

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from peakpack.orchestrator.domain.model import Container, node_loads
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.heuristic import repair, start
 from peakpack.orchestrator.decide.planner.instance import Instance
@@ -18,6 +17,7 @@ from peakpack.orchestrator.decide.planner.packing import Packing
 from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
 from peakpack.orchestrator.decide.planner.registry import get_policy
 from peakpack.orchestrator.decide.planner.search import SearchOptions, local_search
+from peakpack.orchestrator.domain.model import Container, node_loads
 from tests.support.synthetic import brute_force_optimum, node, problem_from, random_problem, tiny_problem
 
 

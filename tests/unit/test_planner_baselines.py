@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from peakpack.orchestrator.domain.errors import PeakpackError
-from peakpack.orchestrator.domain.model import Container
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.objective import evaluate, violations
 from peakpack.orchestrator.decide.planner.registry import POLICY_NAMES, get_policy
+from peakpack.orchestrator.domain.errors import PeakpackError
+from peakpack.orchestrator.domain.model import Container
 from tests.support.synthetic import node, problem_from, random_problem
 
 

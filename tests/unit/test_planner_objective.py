@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from peakpack.orchestrator.domain.model import Container, ContainerClass
 from peakpack.orchestrator.decide.planner.bounds import fluid_power_bound, forced_migration_bound, lower_bound
 from peakpack.orchestrator.decide.planner.instance import Instance
 from peakpack.orchestrator.decide.planner.objective import evaluate, violations
 from peakpack.orchestrator.decide.planner.packing import Packing
 from peakpack.orchestrator.decide.planner.problem import Weights
 from peakpack.orchestrator.decide.planner.registry import POLICY_NAMES, get_policy
+from peakpack.orchestrator.domain.model import Container, ContainerClass
 from tests.support.synthetic import brute_force_optimum, node, problem_from, random_problem, tiny_problem
 
 DEVIL = ContainerClass.DEVIL

@@ -4,10 +4,12 @@ sees them, so no plan migrates to empty a node that then stays on."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from peakpack.orchestrator.decide.planner.rules import Remembered, break_even_seconds, idle_updates
+from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
@@ -19,15 +21,14 @@ from peakpack.orchestrator.domain.model import (
     PowerCurve,
 )
 from peakpack.orchestrator.domain.plan import ActionKind, Plan
-from peakpack.orchestrator.decide.planner.rules import Remembered, break_even_seconds, idle_updates
-from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.settings import PlannerSettings
 
-NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-def two_light_nodes(settings: PlannerSettings = PlannerSettings()) -> tuple[Inventory, ClusterSnapshot]:
+def two_light_nodes(settings: PlannerSettings | None = None) -> tuple[Inventory, ClusterSnapshot]:
     """Two powered 8-core workers with one small container each: draining one pays (100 W idle)."""
+    settings = settings or PlannerSettings()
     nodes = tuple(NodeSpec(f"w{i}", f"10.0.0.{i + 1}", 8, 16384, PowerCurve.linear(100, 200)) for i in range(2))
     inv = Inventory(ClusterConfig("t", cap=settings.cap, memory_cap=settings.memory_cap, epoch_seconds=600),
                     nodes, planner=settings)
@@ -132,8 +133,9 @@ def test_hysteresis_keeps_a_recent_mover_unless_the_cap_forces_it() -> None:
     assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, facts=long_ago))
     off = PlannerSettings(hysteresis=False)
     assert ActionKind.MIGRATE in kinds(make_plan(inv, snap, settings=off, facts=moved))
-    over = ClusterSnapshot(nodes=snap.nodes, containers=(Container("a", "w0", 4.0, 512), Container("b", "w0", 3.0, 512)),
-                           taken_at=NOW)  # 7 cores on w0, cap 5.6: one of them must move
+    over = ClusterSnapshot(
+        nodes=snap.nodes, containers=(Container("a", "w0", 4.0, 512), Container("b", "w0", 3.0, 512)), taken_at=NOW
+    )  # 7 cores on w0, cap 5.6: one of them must move
     plan = make_plan(inv, over, facts=moved)
     assert [a.kind for a in plan.migrations] == [ActionKind.MIGRATE]
 
@@ -148,9 +150,9 @@ def test_idle_tracking() -> None:
 
 
 def test_the_store_remembers_moves_wake_ups_and_idle_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from peakpack.orchestrator.domain.states import MigrationState
     from peakpack.db.store import Store
     from peakpack.orchestrator.act.remembered import remembered
+    from peakpack.orchestrator.domain.states import MigrationState
 
     inv, _ = two_light_nodes()
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")), containers=(Container("a", "w0", 1.0, 512),))

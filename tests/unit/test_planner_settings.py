@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from peakpack.orchestrator.faces.cli import app
+from peakpack.orchestrator.decide.planner.problem import Weights
 from peakpack.orchestrator.domain.config import load_inventory
 from peakpack.orchestrator.domain.errors import InventoryError
-from peakpack.orchestrator.decide.planner.problem import Weights
 from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
+from peakpack.orchestrator.faces.cli import app
 
 NODES = """
 [[nodes]]
@@ -62,7 +62,10 @@ quantile = 0.9
 
 def test_older_places_are_still_read_and_must_agree(tmp_path: Path) -> None:
     inv = load_inventory(inventory(tmp_path, "[power_policy]\nspare_nodes = 2\n"))
-    assert inv.planner.spare_nodes == 2 and dict(inv.planner_sources)["spare_nodes"] == "inventory [power_policy].spare_nodes"
+    assert (
+        inv.planner.spare_nodes == 2
+        and dict(inv.planner_sources)["spare_nodes"] == "inventory [power_policy].spare_nodes"
+    )
     same = load_inventory(inventory(tmp_path, "[planner]\nspare_nodes = 2\n[power_policy]\nspare_nodes = 2\n"))
     assert same.planner.spare_nodes == 2
     msg = error_of(tmp_path, "[planner]\nspare_nodes = 1\n[power_policy]\nspare_nodes = 2\n")

@@ -3,6 +3,7 @@ data: test_planner_rules.py; energy accounting: test_energy.py)."""
 
 from __future__ import annotations
 
+from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
@@ -13,7 +14,6 @@ from peakpack.orchestrator.domain.model import (
     PowerCurve,
 )
 from peakpack.orchestrator.domain.plan import ActionKind
-from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.settings import PlannerSettings
 from peakpack.power.policy import adjust_plan
 

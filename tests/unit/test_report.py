@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from peakpack.db.store import Store
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.states import MigrationState
-from peakpack.db.store import Store
-from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
-from peakpack.orchestrator.decide.solve import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'pp.db'}"
     inv = demo_inventory()
     snap = demo_snapshot(inv)
-    t0 = datetime.now(timezone.utc) - timedelta(minutes=30)
+    t0 = datetime.now(UTC) - timedelta(minutes=30)
     with Store.open(url) as store:
         store.plans.save(make_plan(inv, snap, policy="noop"), inventory="demo", snapshot=snap)
         for frozen in (800.0, 1200.0, 5000.0):
@@ -45,7 +45,7 @@ def test_report_page_has_every_plot_and_the_totals(tmp_path: Path) -> None:
 def test_modelled_energy_is_never_reported_as_measured(tmp_path: Path) -> None:
     from peakpack.orchestrator.faces.report import History, energy_split, write_report
 
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 9_000.0, "rapl", idle_j=6_000.0, residual_j=1_000.0),
             EnergyRow("node-1", t0, t0 + timedelta(seconds=60), 3_000.0, "rapl", container="web-1"),
             EnergyRow("node-2", t0, t0 + timedelta(seconds=60), 7_000.0, "model", idle_j=6_000.0, residual_j=1_000.0)]

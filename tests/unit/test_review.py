@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 from peakpack.orchestrator.act.epoch import final_status
+from peakpack.orchestrator.decide.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
+from peakpack.orchestrator.decide.review import inventory_digest, review_plan
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
@@ -22,9 +23,8 @@ from peakpack.orchestrator.domain.model import (
     cluster_metrics,
 )
 from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
-from peakpack.orchestrator.decide.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
-from peakpack.orchestrator.decide.review import inventory_digest, review_plan
 from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
+from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 
 
 def inventory(cap: float = 0.7) -> Inventory:
@@ -51,7 +51,9 @@ def snapshot(**cpu: float) -> ClusterSnapshot:
 DRAIN = (Action.migrate("a", "n1", "n2"), Action.migrate("b", "n1", "n2"), Action.power_off("n1"))
 
 
-def reasons(fresh: ClusterSnapshot, actions: tuple[Action, ...] = DRAIN, inv: Inventory | None = None) -> list[str | None]:
+def reasons(
+    fresh: ClusterSnapshot, actions: tuple[Action, ...] = DRAIN, inv: Inventory | None = None
+) -> list[str | None]:
     return [c.reason for c in review_plan(inv or inventory(), fresh, actions).checks]
 
 

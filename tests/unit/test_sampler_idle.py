@@ -4,14 +4,13 @@ get their share of the active energy and the parts add up to what the counter me
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
 from peakpack.db.store import Store
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
@@ -22,6 +21,7 @@ from peakpack.orchestrator.domain.model import (
     NodeState,
     PowerCurve,
 )
+from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
 from peakpack.power.sampler import EnergySampler
 
 TOP = 10**12
@@ -40,7 +40,7 @@ class Shell:
 
 def test_a_restarted_sampler_learns_the_counters_idle_from_the_store(tmp_path: Path) -> None:
     inv = Inventory(ClusterConfig("t"), (NodeSpec("n1", "192.0.2.2", 4, 8192, PowerCurve.linear(100, 250)),))
-    before = datetime.now(timezone.utc) - timedelta(seconds=60)
+    before = datetime.now(UTC) - timedelta(seconds=60)
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         # an earlier quiet interval: the package drew 30 W (the wall curve's idle is 100 W)
         store.energy.add([EnergyRow("n1", before - timedelta(minutes=10), before - timedelta(minutes=9), 1800.0,

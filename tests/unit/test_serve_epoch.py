@@ -4,21 +4,21 @@ the off horizon and the break-even rule all read the inventory's, so the flag re
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import peakpack.orchestrator.act.controller
-from peakpack.orchestrator.faces.cli.common import load_inventory
-from peakpack.orchestrator.faces.cli.serve import serve
 from peakpack.orchestrator.decide.planner.problem import Weights
 from peakpack.orchestrator.decide.planner.rules import Remembered, off_refusal
+from peakpack.orchestrator.faces.cli.common import load_inventory
+from peakpack.orchestrator.faces.cli.serve import serve
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo.toml"
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **flags: Any) -> tuple[Any, Any]:

@@ -75,9 +75,17 @@ def test_install_writes_a_sandboxed_unit_and_makes_the_files_private(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     unit = (root / "etc/systemd/system/peakpack.service").read_text()
     lines = set(unit.splitlines())
-    assert {"Restart=on-failure", f"User={ME.pw_name}", f"Group={grp.getgrgid(ME.pw_gid).gr_name}", "NoNewPrivileges=yes", "ProtectSystem=strict",
-            "PrivateTmp=yes", "ReadWritePaths=/var/lib/peakpack", "CapabilityBoundingSet=",
-            "Environment=PEAKPACK_DB=sqlite:////var/lib/peakpack/peakpack.db"} <= lines
+    assert {
+        "Restart=on-failure",
+        f"User={ME.pw_name}",
+        f"Group={grp.getgrgid(ME.pw_gid).gr_name}",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "ReadWritePaths=/var/lib/peakpack",
+        "CapabilityBoundingSet=",
+        "Environment=PEAKPACK_DB=sqlite:////var/lib/peakpack/peakpack.db",
+    } <= lines
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert exec_start.endswith(f"serve --inventory {inv} --metrics-port 9464")
     assert Path(exec_start.removeprefix("ExecStart=").split()[0]).exists()

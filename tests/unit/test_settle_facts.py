@@ -14,19 +14,21 @@ from typing import Any, TypeVar
 
 import pytest
 
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.store import Store
 from peakpack.migrate.batch import reconcile_migrations
 from peakpack.migrate.settle import PROCESSES_ARGV, MigrationFacts, Settler, in_flight
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EngineNotFound
 from peakpack.orchestrator.remote.ssh import CommandResult
 
 T = TypeVar("T")
 NETNS = "4026532422"
 SRC_ID, DST_ID = "6fa81cd370ffd1277dbf50a3cb7a97f48b71618c87cf783ac5b433ad5c3d7f67", "9b" * 32
-RUNC_DUMP = (f"runc --root /run/pp2fe0-n1/runtime-runc/pp2fe0-n1 --log /run/pp2fe0-n1/containerd/daemon/"
-             f"io.containerd.runtime.v2.task/pp2fe0-n1/{SRC_ID}/log.json --log-format json checkpoint --image-path "
-             f"/tmp/ctd-checkpoint4017171571 --work-path /run/pp2fe0-n1/containerd/daemon/x/{SRC_ID}/criu-work {SRC_ID}")
+RUNC_DUMP = (
+    f"runc --root /run/pp2fe0-n1/runtime-runc/pp2fe0-n1 --log /run/pp2fe0-n1/containerd/daemon/"
+    f"io.containerd.runtime.v2.task/pp2fe0-n1/{SRC_ID}/log.json --log-format json checkpoint --image-path "
+    f"/tmp/ctd-checkpoint4017171571 --work-path /run/pp2fe0-n1/containerd/daemon/x/{SRC_ID}/criu-work {SRC_ID}"
+)
 RUNC_RESTORE = RUNC_DUMP.replace(" checkpoint ", " restore ").replace(SRC_ID, DST_ID)
 SHIM = f"/usr/bin/containerd-shim-runc-v2 -namespace pp2fe0-n1 -id {SRC_ID} -address /run/pp2fe0-n1/c.sock"
 
@@ -69,7 +71,7 @@ class Copy:
 
 
 class FakeApi:
-    def __init__(self, nodes: "FakeNodes", node: str) -> None:
+    def __init__(self, nodes: FakeNodes, node: str) -> None:
         self.nodes, self.node = nodes, node
 
     def info(self) -> dict[str, Any]:
@@ -198,7 +200,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def open_migration(store: Store, container: str) -> int:
     """A migration its controller left during the checkpoint (preflight's facts journaled)."""
     mid = store.migrations.begin(container, "node-1", "node-2")
-    store.migrations.step_finished(store.migrations.step_started(mid, "preflight"), ok=True, detail=MigrationFacts().dumps())
+    store.migrations.step_finished(
+        store.migrations.step_started(mid, "preflight"), ok=True, detail=MigrationFacts().dumps()
+    )
     store.migrations.step_started(mid, "checkpointing")
     return mid
 

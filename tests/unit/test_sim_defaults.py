@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import peakpack.orchestrator.decide.solve
-from peakpack.orchestrator.faces.cli.app import app
 from peakpack.orchestrator.domain.settings import PlannerSettings
+from peakpack.orchestrator.faces.cli.app import app
 from peakpack.orchestrator.simulate import policies
 from peakpack.orchestrator.simulate.loop import simulate
 from peakpack.orchestrator.simulate.registry import POLICIES, get_sim_policy

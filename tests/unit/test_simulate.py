@@ -124,5 +124,7 @@ def test_cli_json_plot_and_errors(tmp_path: Path) -> None:
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     bad = subprocess.run([*run, "--policy", "magic"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert bad.returncode == 2 and "--policy" in bad.stderr and "Traceback" not in bad.stderr
-    missing = subprocess.run([*run[:4], "--trace", str(tmp_path / "nope"), "--json"], capture_output=True, text=True, cwd=REPO)
+    missing = subprocess.run(
+        [*run[:4], "--trace", str(tmp_path / "nope"), "--json"], capture_output=True, text=True, cwd=REPO
+    )
     assert missing.returncode == 2 and "--trace" in missing.stderr

@@ -7,22 +7,19 @@ import ast
 import sqlite3
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import peakpack.db.repos
-from peakpack.orchestrator.domain.records import DemandRecord
-from peakpack.orchestrator.domain.states import PlanStatus
-from peakpack.orchestrator.domain.states import ActionState, MigrationState
-from peakpack.orchestrator.domain.records import EnergyRow, EnergySample
-from peakpack.orchestrator.domain.errors import FencedError
 from peakpack.db.store import Store
-from peakpack.orchestrator.domain.inputs import parse_duration
-from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
-from peakpack.orchestrator.domain.errors import PeakpackError, StoreError
 from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
+from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
+from peakpack.orchestrator.domain.inputs import parse_duration
+from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
+from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
 from tests.support.postgres import drop_schema
 
 
@@ -99,7 +96,7 @@ def test_power_events_quarantine_and_idle(store: Store) -> None:
     assert store.power.quarantined() == {"node-4": "did not wake within 300 s"}
     store.power.clear_quarantine("node-4")
     assert store.power.quarantined() == {}
-    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t = datetime(2026, 1, 1, tzinfo=UTC)
     store.power.set_idle_since("node-3", t)
     assert store.power.idle_since("node-3") == t and store.power.idle_since("node-9") is None
     with pytest.raises(ValueError):
@@ -107,7 +104,7 @@ def test_power_events_quarantine_and_idle(store: Store) -> None:
 
 
 def test_energy_samples_and_grouping(store: Store) -> None:
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     store.energy.add_samples([EnergySample("node-1", t0 + timedelta(seconds=i), "rapl", energy_uj=i * 10**6)
                               for i in (2, 0, 1)])
     assert [s.energy_uj for s in store.energy.samples("node-1", "rapl")] == [0, 10**6, 2 * 10**6]
@@ -156,7 +153,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
     plan = make_plan(inv, snap, time_limit_s=5)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     with Store.open(url_of(store)) as old:
         mine = old.lease.acquire("old", ttl_s=-1)  # a leader whose renewal stopped
         old.fence(mine)
@@ -189,9 +186,12 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "plans.expire": lambda: old.plans.expire(),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
-        for name, write in writes.items():
-            with pytest.raises(FencedError, match=rf"^--db: controller new took over \(lease token {theirs} > {mine}\); "
-                                                  r"this one stops$"):
+        for write in writes.values():
+            with pytest.raises(
+                FencedError,
+                match=rf"^--db: controller new took over \(lease token {theirs} > {mine}\); "
+                r"this one stops$",
+            ):
                 write()
         assert [p.plan_id for p in old.plans.history()] == [plan_id]  # reads are not fenced; nothing landed
         assert {a.state for a in old.plans.actions()} == {ActionState.PENDING}
@@ -223,7 +223,7 @@ def test_a_write_in_a_read_transaction_is_a_bug(store: Store) -> None:
 
     with pytest.raises(RuntimeError, match="fenced"):
         with store.pinning._tx() as s:
-            s.add(PinningRow(node="n", container="c", cpuset="0", at=datetime.now(timezone.utc)))
+            s.add(PinningRow(node="n", container="c", cpuset="0", at=datetime.now(UTC)))
 
 
 def test_racing_take_overs_have_exactly_one_winner(store: Store) -> None:
@@ -237,9 +237,9 @@ def test_racing_take_overs_have_exactly_one_winner(store: Store) -> None:
             if left == "expired":
                 assert store.lease.acquire("dead", ttl_s=-1) is not None
             start = threading.Barrier(len(handles))
-            got: dict[int, int | None | BaseException] = {}
+            got: dict[int, int | BaseException | None] = {}
 
-            def race(i: int, h: Store) -> None:
+            def race(i: int, h: Store, start: threading.Barrier = start, got: dict = got) -> None:
                 start.wait()
                 try:
                     got[i] = h.lease.acquire(f"racer-{i}", ttl_s=60)

@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from peakpack.orchestrator.domain.states import PlanStatus
-from peakpack.orchestrator.domain.records import EnergyRow
-from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.db.base import now
 from peakpack.db.store import Store
+from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_snapshot, parse_inventory
 from peakpack.orchestrator.domain.errors import InventoryError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory
 from peakpack.orchestrator.domain.plan import Plan
-from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.states import MigrationState, PlanStatus
 from peakpack.orchestrator.faces.web.app import create_app
 
 TOKEN = "s3cret-token"
@@ -65,12 +64,14 @@ def store(tmp_path: Path, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> I
 
 def test_the_page_renders_every_table_on_the_server_and_is_read_only_without_a_token(
         store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
-    inv, snap, plan = planned
+    inv, _, plan = planned
     page = TestClient(create_app(store, inv)).get("/")
     assert page.status_code == 200
     html = page.text
     assert html.count('<tr class="node"') == len(inv.nodes)
-    assert html.count('<tr class="plan"') == 2 and 'data-status="RECOMMENDED"' in html and 'data-status="APPLIED"' in html
+    assert (
+        html.count('<tr class="plan"') == 2 and 'data-status="RECOMMENDED"' in html and 'data-status="APPLIED"' in html
+    )
     assert html.count('<tr class="migration"') == 1 and "123.4" in html
     assert html.count('<tr class="power-event"') == 1
     assert html.count("<li data-state=") == 2 * len(plan.actions)
@@ -109,7 +110,9 @@ def test_the_chart_library_is_served_from_the_package(store: Store) -> None:
     assert client.get("/static/page.js").status_code == 200
 
 
-def test_a_read_only_page_refuses_every_decision(store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
+def test_a_read_only_page_refuses_every_decision(
+    store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]
+) -> None:
     inv, _, _ = planned
     plan_id = store.plans.recent(1)[0].plan_id
     client = TestClient(create_app(store, inv))

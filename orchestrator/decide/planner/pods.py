@@ -18,6 +18,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+
 import numpy as np
 
 from ...domain.model import ClusterSnapshot, Inventory

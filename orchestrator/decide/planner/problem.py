@@ -6,8 +6,9 @@ Placement`; `build.build_plan` turns any placement into an ordered, replayable p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from ...domain.budgets import Allowance
 from ...domain.model import ClusterSnapshot, Inventory
@@ -34,7 +35,7 @@ class Weights:
     off_epochs: float = 1.0
 
     @classmethod
-    def from_settings(cls, settings: PlannerSettings, epoch_seconds: float) -> "Weights":
+    def from_settings(cls, settings: PlannerSettings, epoch_seconds: float) -> Weights:
         """The settings' energies spread over one epoch (J / s = W)."""
         return cls(migration_w=settings.migration_j / epoch_seconds,
                    migration_w_per_gb=settings.migration_j_per_gb / epoch_seconds,

@@ -60,7 +60,9 @@ def off_refusal(spec: NodeSpec, settings: PlannerSettings, epoch_seconds: float,
     grace = timedelta(seconds=settings.grace_seconds)
     woken = facts.woken_at.get(spec.name)
     if woken is not None and now - woken < grace:
-        return f"woken {(now - woken).total_seconds():.0f} s ago, within the {settings.grace_seconds:.0f} s grace period"
+        return (
+            f"woken {(now - woken).total_seconds():.0f} s ago, within the {settings.grace_seconds:.0f} s grace period"
+        )
     idle = facts.idle_since.get(spec.name)
     if idle is not None and now - idle < grace:
         return (f"empty for {(now - idle).total_seconds():.0f} s of the {settings.grace_seconds:.0f} s "

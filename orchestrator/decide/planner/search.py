@@ -25,7 +25,6 @@ from .cpsat import SubResult, solve_nodes
 from .instance import TINY
 from .packing import Packing
 
-
 #: CP-SAT's full portfolio, whatever the cores: with 8 workers it runs its LP-based bound
 #: workers, which prove the demo within 1% in 0.2-0.5 s; 2 workers (this machine's cores) need
 #: about 2 s (bench/plan_scale.py). Only the whole-model solve of a small cluster uses them.

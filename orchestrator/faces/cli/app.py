@@ -10,11 +10,7 @@ from __future__ import annotations
 import typer
 
 from ...domain.errors import PeakpackError
-from . import history, lab, migrate, plan, power, reconcile, report, serve, simulate
-from . import web
-from . import apply
-from . import service
-from . import config
+from . import apply, config, history, lab, migrate, plan, power, reconcile, report, serve, service, simulate, web
 from .common import err
 
 app = typer.Typer(
@@ -45,18 +41,18 @@ def main() -> None:
         code = app(standalone_mode=False)
     except PeakpackError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     except typer.Exit as exc:
-        raise SystemExit(exc.exit_code)
+        raise SystemExit(exc.exit_code) from None
     except typer.TyperException as exc:  # usage errors (typer's own click) with standalone_mode off
         show = getattr(exc, "show", None)
         if show is None:
             raise
         show()
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     if isinstance(code, int) and code:
         raise SystemExit(code)
 

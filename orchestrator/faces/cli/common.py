@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -56,7 +56,7 @@ def since_time(since: str | None) -> datetime | None:
         return None
     from ...domain.inputs import parse_duration  # lazy: start-up speed (each command loads only what it uses)
 
-    return datetime.now(timezone.utc) - parse_duration(since, flag="--since")
+    return datetime.now(UTC) - parse_duration(since, flag="--since")
 
 
 def manual_lease(store: Any, role: str) -> Any:

@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
 from .common import JsonOpt, err, out
 from .tables import Column, WideOpt, joules, print_table, size_bytes
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
-DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")]
+DirOpt = Annotated[
+    Optional[Path], typer.Option("--dir", help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")
+]
 
 
 def _lab(folder: Path | None):  # type: ignore[no-untyped-def]

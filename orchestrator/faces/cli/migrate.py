@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOpt, JsonOpt, err, load_inventory, manual_lease, open_store, out
 from ...domain.errors import PeakpackError
+from .common import DbOpt, JsonOpt, err, load_inventory, manual_lease, open_store, out
 
 RequiredInventory = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")]
 
@@ -28,10 +28,10 @@ def migrate(
     """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
     from peakpack.migrate.transaction import Migration  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.power.ipmi import power_probe
-    from ...domain.inputs import container_name, node_name
-    from ...remote.shell import RemoteShell
 
+    from ...domain.inputs import container_name, node_name
     from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
+    from ...remote.shell import RemoteShell
 
     container_name(container)
     node_name(to, "--to")
@@ -71,11 +71,11 @@ def pin(
     json_out: JsonOpt = False,
 ) -> None:
     """Give devils cores (and caches) of their own and pack turtles together, on one node."""
-    from ...domain.inputs import node_name  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.migrate.pinning import apply_pinning
-    from ...remote.shell import RemoteShell
 
+    from ...domain.inputs import node_name  # lazy: start-up speed (each command loads only what it uses)
     from ...observe.cluster import observe_node  # lazy: start-up speed (each command loads only what it uses)
+    from ...remote.shell import RemoteShell
 
     node_name(node)
     inv = load_inventory(inventory)

@@ -40,9 +40,9 @@ def load_inputs(
     inventory = load_inventory(inventory_path)
     if snapshot_path is not None:
         return inventory, load_snapshot(snapshot_path, inventory)
-    from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
-
     from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
+
+    from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
 
     return inventory, observe_cluster(inventory, power_probe(inventory))
 

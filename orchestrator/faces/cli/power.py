@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import DbOpt, JsonOpt, open_store, out
 from ...domain.errors import PeakpackError
+from .common import DbOpt, JsonOpt, open_store, out
 
 app = typer.Typer(help="Quarantined nodes: list them, clear one after fixing it.", no_args_is_help=True)
 

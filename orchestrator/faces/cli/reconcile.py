@@ -20,7 +20,6 @@ def reconcile(
 ) -> None:
     """Settle unfinished migrations and power actions from what the nodes show (never assumed)."""
     from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
-
     from ..wiring import reconcile as settle_all  # lazy: start-up speed (each command loads only what it uses)
 
     inv = load_inventory(inventory)

@@ -18,21 +18,48 @@ def serve(
     inventory: InventoryOpt = None,
     snapshot: SnapshotOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Store plans, execute nothing.")] = False,
-    approve: Annotated[bool, typer.Option("--approve", help="Leave each epoch's plan RECOMMENDED for a person "
-                                          "to apply (web page) or reject; default: apply it at once.")] = False,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve",
+            help="Leave each epoch's plan RECOMMENDED for a person "
+            "to apply (web page) or reject; default: apply it at once.",
+        ),
+    ] = False,
     once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
-    time_limit: Annotated[Optional[float], typer.Option(
-        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
-    epoch_seconds: Annotated[Optional[int], typer.Option(
-        "--epoch-seconds", min=1, help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
-        "the migration weights and the power rules all use it).")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")] = None,
-    metrics_addr: Annotated[str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")] = "127.0.0.1",
-    lease_ttl: Annotated[Optional[float], typer.Option(
-        "--lease-ttl", min=1.0,
-        help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.")] = None,
-    http_port: Annotated[Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")] = None,
+    time_limit: Annotated[
+        Optional[float],
+        typer.Option(
+            "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s."
+        ),
+    ] = None,
+    epoch_seconds: Annotated[
+        Optional[int],
+        typer.Option(
+            "--epoch-seconds",
+            min=1,
+            help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
+            "the migration weights and the power rules all use it).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")
+    ] = "127.0.0.1",
+    lease_ttl: Annotated[
+        Optional[float],
+        typer.Option(
+            "--lease-ttl",
+            min=1.0,
+            help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.",
+        ),
+    ] = None,
+    http_port: Annotated[
+        Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")
+    ] = None,
     http_addr: HttpAddrOpt = "127.0.0.1",
     db: DbOpt = None,
 ) -> None:

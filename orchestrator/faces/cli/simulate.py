@@ -19,13 +19,16 @@ def simulate(
     trace: Annotated[Path, typer.Option("--trace", help="A folder of PlanetLab traces (one file per VM).")],
     scenario: Annotated[str, typer.Option("--scenario", help="cloudsim-planetlab")] = "cloudsim-planetlab",
     policy: Annotated[str, typer.Option("--policy", help=", ".join(POLICIES))] = "peakpack",
-    cap: Annotated[Optional[float], typer.Option("--cap", min=0.05, max=1.0, help="CPU cap for the planner policies.")] = None,
+    cap: Annotated[
+        Optional[float], typer.Option("--cap", min=0.05, max=1.0, help="CPU cap for the planner policies.")
+    ] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write hosts on and power over time (PNG).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""
     # lazy: start-up speed (each command loads only what it uses)
-    from ...simulate.loop import fluid_bound_kwh, simulate as run
+    from ...simulate.loop import fluid_bound_kwh
+    from ...simulate.loop import simulate as run
     from ...simulate.policies import PlannerPolicy
     from ...simulate.registry import get_sim_policy
     from ...simulate.scenario import load_scenario

@@ -24,16 +24,22 @@ HttpAddrOpt = Annotated[str, typer.Option("--http-addr", help="Address for the w
 def web(
     http_port: HttpPortOpt,
     http_addr: HttpAddrOpt = "127.0.0.1",
-    inventory: Annotated[Optional[Path], typer.Option(
-        "--inventory", "-i",
-        help="Inventory: node caps, the token (web.token_file) that enables approve/reject, and the cluster "
-             "an approved plan is applied to. Without it the page is read-only.")] = None,
-    since: Annotated[str, typer.Option(help="Migrations, power events and energy of the last DURATION, e.g. 2h, 7d.")] = "24h",
+    inventory: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Inventory: node caps, the token (web.token_file) that enables approve/reject, and the cluster "
+            "an approved plan is applied to. Without it the page is read-only.",
+        ),
+    ] = None,
+    since: Annotated[
+        str, typer.Option(help="Migrations, power events and energy of the last DURATION, e.g. 2h, 7d.")
+    ] = "24h",
     db: DbOpt = None,
 ) -> None:
     """Serve the web page (nodes, plans, migrations, power events, energy charts) until Ctrl-C."""
     from ...domain.inputs import parse_duration  # lazy: start-up speed (each command loads only what it uses)
-
     from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
     from ..web.server import run
     from ..web.state import View

@@ -59,11 +59,12 @@ def _environment() -> Environment:
 Applier = Callable[[int, bool, str], Any]
 
 
-def create_app(store: Store, inventory: Inventory | None = None, view: View = View(), *,
+def create_app(store: Store, inventory: Inventory | None = None, view: View | None = None, *,
                applier: Applier | None = None) -> Starlette:
     """The page over `store`; `inventory` gives node caps and the token; `applier` runs approved
     plans (`serve`: its controller's `apply_stored`; `peakpack web`: apply in that process; None:
     approving is refused)."""
+    view = view or View()
     token = web_token(inventory)
     env = _environment()
 
@@ -87,8 +88,12 @@ def create_app(store: Store, inventory: Inventory | None = None, view: View = Vi
         if request.path_params["decision"] not in ("approve", "reject"):
             return render("result.html", 404, title="not found", message="a plan is approved or rejected")
         if token is None:
-            return render("result.html", 403, title="read-only",
-                          message="this page is read-only: give the inventory a [web] token_file to approve or reject plans")
+            return render(
+                "result.html",
+                403,
+                title="read-only",
+                message="this page is read-only: give the inventory a [web] token_file to approve or reject plans",
+            )
         form = await request.form()
         if not hmac.compare_digest(str(form.get("token", "")).encode(), token.encode()):
             return render("result.html", 403, title="wrong token",

@@ -8,15 +8,15 @@ succeeded after it applied, so the table does not lag an epoch behind what was d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ...domain.records import EnergyRow
-from ...domain.states import PlanStatus
 from peakpack.db.store import Store
 
 from ...domain.capacity import node_capacity
 from ...domain.model import Inventory
+from ...domain.records import EnergyRow
+from ...domain.states import PlanStatus
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class View:
 
 
 def page_state(store: Store, inventory: Inventory | None, view: View = View()) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = now - view.since
     plans = store.plans.recent(view.plans)
     migrations = store.migrations.history(start)
@@ -68,7 +68,10 @@ def node_rows(snapshot: dict[str, Any] | None, inventory: Inventory | None, migr
     powered = {n["name"]: n["powered"] for n in snapshot["nodes"]} if snapshot else {}
     where = {c["name"]: c["node"] for c in snapshot["containers"]} if snapshot else {}
     cpu = {c["name"]: c["cpu"] for c in snapshot["containers"]} if snapshot else {}
-    later = (lambda t: taken is None or (t is not None and t > taken))
+
+    def later(t: datetime | None) -> bool:
+        return taken is None or (t is not None and t > taken)
+
     for e in power:
         if e.state == "SUCCEEDED" and later(e.finished_at):
             powered[e.node] = e.action == "power_on"
@@ -103,8 +106,8 @@ def node_rows(snapshot: dict[str, Any] | None, inventory: Inventory | None, migr
 
 def cumulative_series(rows: list[EnergyRow], key: Any) -> dict[str, Any]:
     """Energy accumulated per series over time, in Wh (0 where its first interval starts), on one
-    shared time axis (seconds) as uPlot wants it: `{"t": [...], "series": {label: [Wh or None, ...]}}`. A label carries the
-    sources of its numbers (rapl, dcmi, model)."""
+    shared time axis (seconds) as uPlot wants it: `{"t": [...], "series": {label: [Wh or None, ...]}}`.
+    A label carries the sources of its numbers (rapl, dcmi, model)."""
     firsts: dict[str, datetime] = {}
     for r in rows:  # in time order
         firsts.setdefault(key(r), r.start)
