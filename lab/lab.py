@@ -118,7 +118,7 @@ class Lab:
         if self.dir.exists() and any(self.dir.iterdir()):
             self.down(log=lambda _: None)  # leftovers of a crashed lab
         ensure_criu_config(written=notice, kept=log)
-        lab = LabLayout.plan(self.dir, nodes, cpus)
+        lab = LabLayout.plan(self.dir, nodes, cpus, taken=_in_use)
         for n in lab.nodes:
             n.dir.mkdir(parents=True, exist_ok=True)
         lab.save()
@@ -384,6 +384,16 @@ def _is_group_leader(pid: int) -> bool:
         return os.getpgid(pid) == pid
     except ProcessLookupError:
         return False
+
+
+def _in_use(lab: LabLayout) -> bool:
+    """Whether another lab on this host already has this one's bridge, namespaces or subnet (two
+    folders can hash to the same; e.g. a test run beside an operator's demo)."""
+    if Path(f"/sys/class/net/{lab.bridge}").exists() or any(Path(f"/var/run/netns/{n.netns}").exists()
+                                                            for n in lab.nodes):
+        return True
+    addresses = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    return f" {lab.subnet}." in addresses
 
 
 def _port_open(address: str, port: int) -> bool:

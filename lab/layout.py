@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -99,9 +100,20 @@ class LabLayout:
         raise KeyError(name)
 
     @classmethod
-    def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0) -> LabLayout:
+    def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0,
+             taken: Callable[[LabLayout], bool] = lambda _: False) -> LabLayout:
+        """The layout of a lab in `folder`; when `taken` says its names or subnet are already in use
+        (another lab up on this host hashed alike), the next of a few salted variants."""
         folder = folder.resolve()
-        digest = hashlib.sha256(str(folder).encode()).digest()
+        for salt in range(64):
+            layout = cls._derive(folder, salt, nodes, cpus, idle_w, max_w)
+            if not taken(layout):
+                return layout
+        raise ValueError(f"{folder}: every derived lab subnet is in use; take a lab down first")
+
+    @classmethod
+    def _derive(cls, folder: Path, salt: int, nodes: int, cpus: int, idle_w: float, max_w: float) -> LabLayout:
+        digest = hashlib.sha256((str(folder) if salt == 0 else f"{folder}#{salt}").encode()).digest()
         prefix = "pp" + digest[:2].hex()
         subnet = f"10.{200 + digest[2] % 50}.{digest[3]}"
         layouts = tuple(

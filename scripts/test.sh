@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the suite needs, then runs all of it: unit tests and the integration tests on
-# a real lab (network namespaces with their own sshd, dockerd and IPMI BMC).
+# Installs what the suite needs, then runs all of it: the linter, the unit tests and the
+# integration tests on a real lab (network namespaces with their own sshd, dockerd and IPMI BMC).
+# Two workers (pytest-xdist), each test file on one of them: a worker that runs integration tests
+# brings up its own lab, so the two never share a node; arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
@@ -8,4 +10,5 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 bash scripts/install.sh
-exec .venv/bin/pytest -ra "$@"
+.venv/bin/ruff check .
+exec .venv/bin/pytest -ra -n 2 --dist loadfile "$@"
