@@ -19,7 +19,7 @@ from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.plan import ActionKind
 from peakpack.orchestrator.domain.states import ActionState, PlanStatus
-from tests.unit.test_plan_executor import fake_services
+from tests.support.fakes import fake_services
 
 INV = demo_inventory()
 SNAP = demo_snapshot(INV)

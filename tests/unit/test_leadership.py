@@ -12,7 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,9 @@ from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.act.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, StoreError
-from peakpack.orchestrator.domain.plan import Action
+from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.ports import Services
-from peakpack.orchestrator.domain.states import ActionState
+from tests.support.fakes import fake_services
 from tests.support.postgres import drop_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,27 +157,6 @@ def test_a_killed_leader_on_this_host_is_replaced_without_waiting(url: str) -> N
         proc.wait()
 
 
-class QuietOps:
-    """Node operations that succeed and journal like the real batch."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def power_on(self, node: str, reason: str) -> None: ...
-
-    def power_off(self, node: str, reason: str) -> None: ...
-
-    def migrate(self, actions: Sequence[tuple[int, Action]], stop_requested: object = None) -> dict[int, ActionState]:
-        for aid, _ in actions:
-            self.store.plans.set_action_state(aid, ActionState.SUCCEEDED)
-        return {aid: ActionState.SUCCEEDED for aid, _ in actions}
-
-    def pin(self, node: str) -> None: ...
-
-    def hosts_nothing(self, node: str) -> bool:
-        return True
-
-
 def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(tmp_path: Path) -> None:
     inv = demo_inventory()
     snap = demo_snapshot(inv)
@@ -185,7 +165,7 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
     events: list[str] = []
     with Store.open(url) as a_store, Store.open(url) as b_store:
         def services(store: Store, record: bool) -> Services:
-            def observe() -> object:
+            def observe() -> ClusterSnapshot:
                 if record:
                     events.append("observe")
                 return snap
@@ -195,8 +175,7 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
                     events.append("reconcile")
                 return ["action 7 (power_on): finished from what the nodes show"]
 
-            return Services(observe=observe, ops=QuietOps(store), reconcile=reconcile,  # type: ignore[arg-type]
-                            adjust_plan=lambda plan, _s: plan, account_energy=lambda _s, _p: [])
+            return replace(fake_services(store, snap), observe=observe, reconcile=reconcile)
 
         log = io.StringIO()
         old = Controller(inv, a_store, settings, console=Console(file=io.StringIO()), services=services(a_store, False))

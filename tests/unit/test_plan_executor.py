@@ -18,63 +18,22 @@ from peakpack.orchestrator.act.epoch import planning_view
 from peakpack.orchestrator.act.executor import PlanExecutor
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
-from peakpack.orchestrator.domain.errors import FencedError, NodeError, PowerError, StoreError
-from peakpack.orchestrator.domain.model import ClusterSnapshot
+from peakpack.orchestrator.domain.errors import FencedError, StoreError
 from peakpack.orchestrator.domain.plan import Action, ActionKind, Plan
-from peakpack.orchestrator.domain.ports import Services
 from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
-
-
-class FakeOps:
-    """Records calls and the journal state each action had while it ran."""
-
-    def __init__(self, store: Store, fail_power_on: set[str] = frozenset(), fail_containers: set[str] = frozenset(),
-                 busy_nodes: set[str] = frozenset(), unreachable: set[str] = frozenset()) -> None:
-        self.store = store
-        self.calls: list[tuple[str, str]] = []
-        self.seen_states: list[str] = []
-        self.fail_power_on = fail_power_on
-        self.fail_containers = fail_containers
-        self.busy_nodes = busy_nodes
-        self.unreachable = unreachable
-
-    def _state_now(self) -> str:
-        ongoing = [a.state.value for a in self.store.plans.actions() if a.state is ActionState.ONGOING]
-        return ongoing[-1] if ongoing else "not a plan action"
-
-    def power_on(self, node: str, reason: str) -> None:
-        self.calls.append(("power_on", node))
-        self.seen_states.append(self._state_now())
-        if node in self.fail_power_on:
-            raise PowerError(f"node {node}: did not answer within 60 s")
-
-    def power_off(self, node: str, reason: str) -> None:
-        self.calls.append(("power_off", node))
-        self.seen_states.append(self._state_now())
-
-    def migrate(self, actions: Sequence[tuple[int, Action]], stop_requested: object = None) -> dict[int, ActionState]:
-        result = {}
-        for aid, a in actions:
-            self.calls.append(("migrate", a.container or ""))
-            state = ActionState.ROLLED_BACK if a.container in self.fail_containers else ActionState.SUCCEEDED
-            self.store.plans.set_action_state(aid, state)
-            result[aid] = state
-        return result
-
-    def pin(self, node: str) -> None:
-        self.calls.append(("pin", node))
-
-    def hosts_nothing(self, node: str) -> bool:
-        if node in self.unreachable:
-            raise NodeError(node, "SSH connection refused")
-        return node not in self.busy_nodes
+from tests.support.fakes import FakeNodeOps, FakeWorld, fake_services
 
 
 @pytest.fixture()
 def store(tmp_path: Path) -> Iterator[Store]:
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as s:
         yield s
+
+
+def demo_world() -> FakeWorld:
+    """The demo cluster, which the plans here are made for."""
+    return FakeWorld.from_snapshot(demo_snapshot(demo_inventory()))
 
 
 def consolidating_plan(store: Store) -> tuple[Plan, int]:
@@ -87,7 +46,7 @@ def consolidating_plan(store: Store) -> tuple[Plan, int]:
 
 def test_actions_run_in_order_and_are_journaled_before_and_after(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
-    ops = FakeOps(store)
+    ops = FakeNodeOps(store, demo_world())
     report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     kinds = [k for k, _ in ops.calls if k != "pin"]
     assert kinds.index("power_off") > max(i for i, k in enumerate(kinds) if k == "migrate")
@@ -103,7 +62,8 @@ def test_a_rolled_back_migration_keeps_its_source_on(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
     off = next(a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF)
     stuck = next(a.container for a in plan.migrations if a.source == off)
-    report = PlanExecutor(store, FakeOps(store, fail_containers={stuck}), log=lambda _: None).execute(plan, plan_id)
+    ops = FakeNodeOps(store, demo_world(), fail_containers={stuck})
+    report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     rows = {(a.kind, a.node): a for a in store.plans.actions(plan_id=plan_id)}
     assert rows[("power_off", off)].state is ActionState.SKIPPED
     assert stuck in (rows[("power_off", off)].detail or "")
@@ -113,7 +73,7 @@ def test_a_rolled_back_migration_keeps_its_source_on(store: Store) -> None:
 def test_unknown_containers_keep_a_node_on(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
     off = next(a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF)
-    ops = FakeOps(store, busy_nodes={off})
+    ops = FakeNodeOps(store, demo_world(), busy_nodes={off})
     PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     assert ("power_off", off) not in ops.calls
 
@@ -121,7 +81,7 @@ def test_unknown_containers_keep_a_node_on(store: Store) -> None:
 def test_a_node_that_cannot_be_checked_stays_on_and_the_rest_of_the_plan_runs(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
     offs = [a.node for a in plan.actions if a.kind is ActionKind.POWER_OFF]
-    ops = FakeOps(store, unreachable={offs[0]})
+    ops = FakeNodeOps(store, demo_world(), unreachable={offs[0]})
     report = PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     rows = {(a.kind, a.node): a for a in store.plans.actions(plan_id=plan_id)}
     first = rows[("power_off", offs[0])]
@@ -143,7 +103,7 @@ def test_a_node_that_does_not_wake_gets_no_work(store: Store) -> None:
         dry_run=False,
     )
     plan_id = store.plans.save(plan, inventory="demo", snapshot=snap)
-    ops = FakeOps(store, fail_power_on={"node-8"})
+    ops = FakeNodeOps(store, demo_world(), fail_power_on={"node-8"})
     PlanExecutor(store, ops, log=lambda _: None).execute(plan, plan_id)
     states = [a.state for a in store.plans.actions(plan_id=plan_id)]
     assert states == [ActionState.FAILED, ActionState.SKIPPED]
@@ -152,21 +112,10 @@ def test_a_node_that_does_not_wake_gets_no_work(store: Store) -> None:
 
 def test_stop_request_skips_what_has_not_started(store: Store) -> None:
     plan, plan_id = consolidating_plan(store)
-    ops = FakeOps(store)
+    ops = FakeNodeOps(store, demo_world())
     PlanExecutor(store, ops, log=lambda _: None, stop_requested=lambda: True).execute(plan, plan_id)
     assert ops.calls == []
     assert {a.state for a in store.plans.actions(plan_id=plan_id)} == {ActionState.SKIPPED}
-
-
-def fake_services(store: Store, snap: ClusterSnapshot, reconciled: list[str],
-                  energy: Sequence[EnergyRow] = ()) -> Services:
-    return Services(
-        observe=lambda: snap,
-        ops=FakeOps(store),
-        reconcile=lambda: reconciled,
-        adjust_plan=lambda plan, _snap: plan,
-        account_energy=lambda _snap, _plan_id: list(energy),
-    )
 
 
 def test_live_controller_holds_the_lease_reconciles_and_executes(store: Store) -> None:
@@ -334,7 +283,7 @@ def test_a_controller_that_lost_the_lease_starts_no_new_action(store: Store) -> 
     services = fake_services(store, snap, [])
     controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5), services=services)
     ops = services.ops
-    assert isinstance(ops, FakeOps)
+    assert isinstance(ops, FakeNodeOps)
     controller.start()
     migrate = ops.migrate
 
