@@ -173,11 +173,18 @@ class NodeView:
 
 async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
     try:
-        inspect, used, facts = await asyncio.gather(
+        # every read finishes (a node that is off fails all three) before the first failure is
+        # raised: none is left waiting on the node's connection when the caller's loop closes
+        answers = await asyncio.gather(
             ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
             ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
             ssh.run(node, spec.node_facts_argv(), timeout=60),
+            return_exceptions=True,
         )
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+        inspect, used, facts = answers
         usage = parse_usage(node, used.stdout)
         items = parse_inspect(node, inspect.stdout)
         containers = containers_of(node, items, usage)
