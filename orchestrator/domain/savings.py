@@ -85,11 +85,17 @@ class Ledger:
     not_measured: list[str] = field(default_factory=list)  # off rows whose idle power is unknown
 
     def rows(self, by: str) -> list[dict[str, Any]]:
-        """`by`: "total", "day" or "plan"; one JSON row per (key, source)."""
+        """`by`: "total", "day" or "plan"; one JSON row per (period, source): the period is "all",
+        a UTC date, or "plan N" ("no plan" for rows no plan is known of)."""
         groups: dict[Any, dict[str, Totals]] = {"total": {"all": self.total}, "day": self.days,
                                                 "plan": self.plans}[by]  # type: ignore[dict-item]
-        return [{by: key, "source": source, **t.to_json()}
-                for key, per in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0])))
+
+        def period(key: Any) -> str:
+            return key if by != "plan" else "no plan" if key is None else f"plan {key}"
+
+        return [{"period": period(key), "source": source, **t.to_json()}
+                for key, per in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)
+                                       if by == "plan" else str(kv[0]))
                 for source, t in sorted(per.items())]
 
 

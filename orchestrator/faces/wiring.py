@@ -25,6 +25,7 @@ from ..domain.ports import Services
 from ..domain.records import EnergyRow
 from ..domain.states import ActionState
 from ..observe.cluster import observe_and_record, observe_node
+from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
 
 
@@ -107,15 +108,21 @@ def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[st
     return lines
 
 
-def live_observer(inventory: Inventory, store: Store) -> Callable[[], ClusterSnapshot]:
-    """Observing the live cluster (and storing its demand) without acting: `serve --dry-run`."""
-    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory))
+def _logger(console: Console) -> Callable[[str], None]:
+    return lambda text: console.print(text, markup=False, highlight=False)
+
+
+def live_observer(inventory: Inventory, store: Store, console: Console) -> Callable[[], ClusterSnapshot]:
+    """Observing the live cluster (and storing its demand and traffic) without acting: `serve --dry-run`."""
+    meter = TrafficMeter(inventory, _logger(console))
+    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory), meter=meter)
 
 
 def live_services(inventory: Inventory, store: Store, console: Console) -> Services:
     shell = RemoteShell(inventory)
-    log = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+    log = _logger(console)
     sampler = EnergySampler(inventory, store, shell, log)
+    meter = TrafficMeter(inventory, log)
 
     def adjust(plan: Plan, snapshot: ClusterSnapshot) -> Plan:
         adjusted = adjust_plan(plan, snapshot, inventory, store.power.quarantined())
@@ -133,7 +140,7 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
         return rows
 
     return Services(
-        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory)),
+        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter),
         ops=LiveOps(inventory, store, shell, log),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,
