@@ -104,6 +104,7 @@ def test_measured_traffic_joins_a_client_and_its_server_unless_the_weight_is_zer
             explanations = store.plans.explanations(last_plan.plan_id)
             moves = [a for a in store.plans.actions(plan_id=last_plan.plan_id) if a.kind == "migrate"]
         counted = (client_after[1] - client_before[1]) / (client_after[0] - client_before[0])
+        print(f"pair cli -> srv: measured {measured / 1e6:.2f} MB/s, the client counted {counted / 1e6:.2f} MB/s")
         assert counted > 6e6, f"the client moved only {counted / 1e6:.1f} MB/s: too little to test a join"
         assert measured == pytest.approx(counted, rel=0.15), (measured, counted)
 
