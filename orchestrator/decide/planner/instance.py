@@ -134,6 +134,8 @@ class Instance:
 
     def power(self, nodes: np.ndarray, load: np.ndarray) -> np.ndarray:
         """Watts of `nodes` (1-d index array) at CPU `load` (absolute), as PowerCurve.at does."""
+        if len(nodes) == 1:  # a move priced on one node: numpy's per-call overhead would be most of it
+            return np.array([self.power1(int(nodes[0]), float(load[0]))])
         u = np.clip(load / self.cpus[nodes], 0.0, 1.0) * 10.0
         i = np.minimum(u.astype(np.int64), 9)
         w = self.watts[nodes]
