@@ -102,19 +102,19 @@ def repair(pack: Packing) -> None:
 
 
 def try_drain(pack: Packing, s: int) -> bool:
-    """Empty node s into the other powered nodes and switch it off, if that lowers the objective."""
+    """Empty node s into the other powered nodes and switch it off, if that lowers the objective.
+    Given up as soon as what the moves left could save at most cannot bring the total below 0
+    (`_least_left`, exact: it only spares pricing a drain that cannot pay)."""
     inst = pack.inst
     members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
-    # Cheap refusal: the moves alone would cost more than everything s draws.
-    cs = np.array(members, dtype=np.int64)
-    if len(cs):
-        home = inst.orig[cs] == s
-        floor = inst.mig_cost[cs][home].sum() - inst.mig_cost[cs][~home].sum()
-        if floor >= inst.power1(s, pack.load[s]):
-            return False
+    moves, others = _least_left(pack, s, members)
+    # Cheap refusal: the moves alone (their migrations, less the traffic they could join) would
+    # cost more than everything s draws.
+    if moves[0] >= inst.power1(s, pack.load[s]):
+        return False
     total = -float(inst.watts[s, 0])  # idle power saved once s is empty and off
     done: list[int] = []
-    for c in members:
+    for k, c in enumerate(members):
         mask = pack.fits(c)
         mask[s] = False
         choice = pick_target(pack, c, mask)
@@ -123,6 +123,9 @@ def try_drain(pack: Packing, s: int) -> bool:
         pack.move(c, choice[0])
         total += choice[1]
         done.append(c)
+        shed = inst.power1(s, pack.load[s]) - float(inst.watts[s, 0])  # what s still draws above idle
+        if total + moves[k + 1] + others[k + 1] - shed >= 0:
+            break  # even the best rest of the drain would not pay
     if len(done) == len(members) and total < -1e-9:
         pack.on[s] = False
         if pack.within_budget():
@@ -131,6 +134,23 @@ def try_drain(pack: Packing, s: int) -> bool:
     for c in reversed(done):
         pack.move(c, s)
     return False
+
+
+def _least_left(pack: Packing, s: int, members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For each k, lower bounds on what moving members[k:] off s changes in the objective besides
+    the power s sheds: their migrations (paid, or got back for a container returning home) less
+    the weight of their traffic pairs; and what they could shed in devil pairs on s and group
+    spans. A target's power only grows."""
+    inst, w = pack.inst, pack.inst.problem.weights
+    cs = np.array(members, dtype=np.int64)
+    moves = np.where(inst.orig[cs] == s, inst.mig_cost[cs], -inst.mig_cost[cs]) - inst.graph.incident[cs]
+    others = -(inst.devil[cs] * w.contention_w * max(int(pack.devils[s]) - 1, 0)
+               + (inst.group[cs] >= 0) * w.affinity_w)
+
+    def suffix(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.cumsum(x[::-1])[::-1], [0.0]])
+
+    return suffix(moves), suffix(others)
 
 
 def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int = 3) -> int:
