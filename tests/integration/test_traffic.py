@@ -21,6 +21,7 @@ import pytest
 
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from tests.integration.test_serve_demand import wait_for_plans
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -44,17 +45,6 @@ def ip_bytes(lab: Lab) -> tuple[float, int]:
     assert proc.returncode == 0, proc.stderr
     rx, rx_p, tx, tx_p = (int(v) for v in proc.stdout.split())
     return time.time(), (rx - 14 * rx_p) + (tx - 14 * tx_p)
-
-
-def wait_for_plans(url: str, n: int, proc: subprocess.Popen[str], log: Path, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        with Store.open(url) as store:
-            if len(store.plans.history()) >= n:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"serve stored fewer than {n} plans in {timeout} s:\n{log.read_text()[-3000:]}")
 
 
 def test_measured_traffic_joins_a_client_and_its_server_unless_the_weight_is_zero(clean_lab: Lab,
