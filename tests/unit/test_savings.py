@@ -146,3 +146,24 @@ def test_the_recorder_measures_idle_the_way_back_and_migrations_from_one_counter
 def test_plans_are_read_from_the_executors_reasons() -> None:
     assert plan_of("plan 12: emptied") == 12 and plan_of("plan 3") == 3
     assert plan_of("migration 4 of web runs nowhere and waits for node-2") is None and plan_of(None) is None
+
+
+def test_the_faces_show_the_headline_and_the_counters_count_from_the_controllers_start(tmp_path: Path) -> None:
+    from peakpack.orchestrator.act.metrics import ControllerMetrics
+    from peakpack.orchestrator.faces.report import History, write_report
+    from peakpack.orchestrator.faces.web.state import page_state
+
+    with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
+        store.savings.add(SavingRecord(SavingKind.OFF, "node-3", None, T0, T0 + H, "rapl", idle_w=100.0))
+        state = page_state(store, None)
+        rows = store.savings.history()
+    assert state["savings"]["headline"].startswith("energy saved: 360.0 kJ saved, 360.0 kJ net")
+    page = write_report(History(savings=ledger(rows, T0 + H).rows("day"),
+                                savings_headline=state["savings"]["headline"]), tmp_path / "report").read_text()
+    assert "energy saved: 360.0 kJ saved" in page and "Energy saved, per day" in page
+    metrics = ControllerMetrics()
+    metrics.observe_ledger(ledger(rows, T0 + H))  # the start: what was saved before is not counted
+    more = [*rows, SavingRecord(SavingKind.BOOT, "node-3", None, T0 + H, T0 + H, "rapl", energy_j=1000.0)]
+    metrics.observe_ledger(ledger(more, T0 + H))
+    assert metrics.registry.get_sample_value("peakpack_energy_spent_joules_total", {"source": "rapl"}) == 1000.0
+    assert metrics.registry.get_sample_value("peakpack_energy_saved_joules_total", {"source": "rapl"}) == 0.0
