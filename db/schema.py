@@ -208,3 +208,57 @@ class ControllerLeaseRow(Base):
     holder: Mapped[str | None] = mapped_column(String(200))
     acquired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class TrafficRow(Base):
+    """Bytes one client sent to one server and back over the interval ending at `at`, as the
+    conntrack counters of `counted_on` measured them (orchestrator/observe/traffic.py)."""
+
+    __tablename__ = "traffic"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    interval_s: Mapped[float] = mapped_column(Float)
+    counted_on: Mapped[str] = mapped_column(String(200))
+    client_kind: Mapped[str] = mapped_column(String(10))
+    client: Mapped[str] = mapped_column(String(200), index=True)
+    client_node: Mapped[str | None] = mapped_column(String(200))
+    server_kind: Mapped[str] = mapped_column(String(10))
+    server: Mapped[str] = mapped_column(String(200), index=True)
+    server_node: Mapped[str | None] = mapped_column(String(200))
+    c2s_bytes: Mapped[int] = mapped_column(BigInteger)
+    s2c_bytes: Mapped[int] = mapped_column(BigInteger)
+    flows: Mapped[int] = mapped_column(Integer)
+    how: Mapped[str] = mapped_column(String(20))
+
+
+class TrafficReadRow(Base):
+    """One node's conntrack read: which intervals were measured (a pair without bytes in a
+    measured interval sent nothing) and why a node was not."""
+
+    __tablename__ = "traffic_reads"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    interval_s: Mapped[float | None] = mapped_column(Float)
+    flows: Mapped[int] = mapped_column(Integer)
+    unaccounted: Mapped[int] = mapped_column(Integer)
+    measured: Mapped[bool] = mapped_column(Boolean)
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class SavingRow(Base):
+    """The savings ledger (orchestrator/domain/savings.py): a node's time off with its idle power
+    measured before it went off, and the measured energy of the migrations and wakes that cost."""
+
+    __tablename__ = "savings"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10), index=True)
+    node: Mapped[str | None] = mapped_column(String(200), index=True)
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
+    start: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    end: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    source: Mapped[str | None] = mapped_column(String(10))
+    idle_w: Mapped[float | None] = mapped_column(Float)
+    energy_j: Mapped[float | None] = mapped_column(Float)
+    model_j: Mapped[float | None] = mapped_column(Float)
+    note: Mapped[str | None] = mapped_column(Text)

@@ -25,6 +25,7 @@ from .node import (
     create_disk,
     docker,
     netns_pids,
+    nsenter,
     powered,
     read_pid,
     release_disk,
@@ -35,8 +36,10 @@ from .node import (
     wait_for,
 )
 
+#: what peakpack's traffic measurement needs on a node (per network namespace; README)
+TRAFFIC_SYSCTLS = ("net.netfilter.nf_conntrack_acct=1", "net.netfilter.nf_conntrack_timestamp=1")
 REQUIRED = ("ip", "nsenter", "dockerd", "docker", "docker-proxy", "iptables", "ssh", "ssh-keygen", "ipmitool",
-            "criu", "rsync", "mkfs.ext4", "losetup", "mount")
+            "criu", "rsync", "mkfs.ext4", "losetup", "mount", "sysctl")
 #: each node's own filesystem (a sparse image: the host pays only for what is written)
 DISK_GB = 8
 
@@ -211,6 +214,9 @@ class Lab:
             sh([*ns, "addr", "add", f"{n.address}/24", "dev", "eth0"])
             sh([*ns, "link", "set", "eth0", "up"])
             sh([*ns, "link", "set", "lo", "up"])
+            # byte counters and start times on every tracked flow, as a real node's /etc/sysctl.d/
+            # would set them: peakpack measures the traffic between containers from them
+            sh([*nsenter(n), "sysctl", "-q", "-w", *TRAFFIC_SYSCTLS])
 
     def _daemon(self, lab: LabLayout) -> None:
         ready = lab.dir / "labd.ready"

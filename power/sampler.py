@@ -8,7 +8,10 @@ has just stored for the same interval, and the idle power in the row's own domai
 Every row says where its number came from: "rapl" or "dcmi" (measured), "model" (the node's power
 curve at its measured load, for a node with neither). A counter restarted by a reboot (the boot
 id changed) gives no row for that interval: missing is reported as missing, never as zero or as
-a wrap."""
+a wrap. Nor does an interval with a power event of the node in it (a power cycle shorter than the
+sampler's window, on a node whose boot id survives it, like the lab's): the row would span the
+time off with a mean power near 0, which is neither the node's draw nor its idle; the next row
+starts at the first sample after the event."""
 
 from __future__ import annotations
 
@@ -61,12 +64,19 @@ class EnergySampler:
                                                  boot_id=counters.boot_id) for z in zones])
         return out
 
+    def _since(self, window: datetime) -> dict[str, datetime]:
+        """Per node, where its samples may start: the window, or after its last power event."""
+        cuts: dict[str, datetime] = defaultdict(lambda: window)
+        for e in self.store.power.events(since=window - timedelta(minutes=10)):
+            cuts[e.node] = max(cuts[e.node], e.finished_at or e.at, e.at)
+        return cuts
+
     def _busy_cores(self, node: str, now: datetime, counters: NodeCounters, window: datetime) -> float | None:
         """The node's busy cores since its previous stored read (so a restarted controller still
         has one), None without a comparable one; stores this read for the next interval."""
         if counters.busy_ns is None:
             return None
-        previous = self.store.energy.samples(node, "busy", since=window)[-1:]
+        previous = [s for s in self.store.energy.samples(node, "busy", since=window) if s.at > window][-1:]
         self.store.energy.add_samples([EnergySample(node, now, "busy", boot_id=counters.boot_id,
                                                     busy_ns=counters.busy_ns)])
         if not previous or previous[0].busy_ns is None:
@@ -88,6 +98,7 @@ class EnergySampler:
         readings = self._read(powered, now)
         rows: list[EnergyRow] = []
         window = now - timedelta(seconds=3 * self.inventory.cluster.epoch_seconds + 60)
+        since = self._since(window)
         loads = node_loads(snapshot.containers)
         for node in powered:
             got = readings[node]
@@ -95,10 +106,10 @@ class EnergySampler:
                 self.log(f"energy: {node}: counters unreadable ({got}); energy missing for this interval")
                 continue
             counters, samples = got
-            busy = self._busy_cores(node, now, counters, window)
+            busy = self._busy_cores(node, now, counters, since[node])
             row: EnergyRow | None = None
             if samples:
-                previous = self._latest(node, window)
+                previous = self._latest(node, since[node])
                 self.store.energy.add_samples(samples)
                 if previous:
                     row = integrate_rapl(node, previous + samples, plan_id)
@@ -107,7 +118,7 @@ class EnergySampler:
                                  "counters restarted, so this interval is missing")
             else:
                 load = busy if busy is not None else loads[node].cpu if node in loads else 0.0
-                row = self._dcmi_or_model(node, load, now, plan_id, window)
+                row = self._dcmi_or_model(node, load, now, plan_id, since[node])
             if row is not None:
                 history = self._history(node, now)
                 idle_w = split_idle_w(row, self.inventory.node(node).power, history)
@@ -130,7 +141,8 @@ class EnergySampler:
     def _latest(self, node: str, since: datetime) -> list[EnergySample]:
         by_zone: dict[str, EnergySample] = {}
         for s in self.store.energy.samples(node, "rapl", since=since):
-            by_zone[s.zone] = s
+            if s.at > since:
+                by_zone[s.zone] = s
         return list(by_zone.values())
 
     def _dcmi_or_model(self, node: str, load_cores: float, now: datetime, plan_id: int | None,
@@ -138,7 +150,7 @@ class EnergySampler:
         spec = self.inventory.node(node)
         watts = ipmi.dcmi_power(spec) if spec.bmc else None
         if watts is not None:
-            previous = self.store.energy.samples(node, "dcmi", since=window)[-1:]
+            previous = [s for s in self.store.energy.samples(node, "dcmi", since=window) if s.at > window][-1:]
             sample = EnergySample(node, now, "dcmi", power_w=watts)
             self.store.energy.add_samples([sample])
             return integrate_power(node, previous + [sample], plan_id)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages for the lab and the integration tests, on Debian 12, as root:
-# docker.io, openssh-server, rsync, ipmitool, iproute2, iptables, busybox-static and CRIU >= 4.2.
+# docker.io, openssh-server, rsync, ipmitool, iproute2, iptables, procps, busybox-static and CRIU >= 4.2.
 #
 # Idempotent and non-interactive; when everything is already there it only checks (~1 s).
 # It never starts a system-wide dockerd, containerd or sshd: the lab starts its own per node,
@@ -27,6 +27,8 @@ PACKAGES=(
   iproute2         # ip netns, bridge, veth
   iptables         # the lab's dockerd sets up its bridge NAT and filter rules with it
   util-linux       # nsenter
+  procps           # sysctl: the lab switches on conntrack byte counters in each node (traffic between
+                   # containers is read from /proc/net/nf_conntrack, so the `conntrack` tool is not needed)
   busybox-static   # the lab image's only binary
   criu             # runtime libraries; replaced by 4.2.x below when its checks fail
   xz-utils         # unpacks CRIU's source tarball

@@ -30,6 +30,7 @@ from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.plan import ActionKind, Plan
 from ..domain.ports import Journal, Services
 from ..domain.records import EnergyRow
+from ..domain.savings import ledger
 from ..domain.states import PlanStatus
 from .apply import ApplyResult, apply_plan
 from .epoch import execute_plan, propose_plan, settle_unfinished
@@ -222,6 +223,7 @@ class Controller:
             observed = self._observe()
         if live is not None:
             live.account_energy(observed, None)  # closes the interval since the last epoch
+            self.metrics.observe_ledger(ledger(self.store.savings.history(), datetime.now(UTC)))
         auto = live is not None and not self.settings.approve
         proposal = propose_plan(
             self.store, self.inventory, observed, status=PlanStatus.APPLYING if auto else PlanStatus.RECOMMENDED,

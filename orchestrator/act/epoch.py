@@ -5,8 +5,9 @@ stored plan, and `apply` (with the web page's approve button) re-runs the view a
     (observe)             the caller's: live services, a snapshot file, or the embedded demo
     planning_view         unsettled migrations hold both their nodes; each container's CPU is the
                           forecast of its stored demand history (as the simulator plans)
-    propose_plan          budgets and windows (allowance) and what the store remembers (grace,
-                          quarantine, hysteresis) -> solve -> the power policy's last check ->
+    propose_plan          budgets and windows (allowance), what the store remembers (grace,
+                          quarantine, hysteresis) and the forecast traffic between containers
+                          -> solve -> the power policy's last check ->
                           predict -> store it with its status, expiry and inventory digest
     execute_plan          journaled execution, the plan's final status, the energy after it
 
@@ -25,6 +26,7 @@ from ..decide.forecast import window_epochs
 from ..decide.predict import Prediction, predict
 from ..decide.review import inventory_digest
 from ..decide.solve import DEFAULT_POLICY, hold_unsettled, make_plan
+from ..decide.traffic import Edge, forecast_traffic
 from ..domain.budgets import allowance_at
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.plan import Plan
@@ -94,6 +96,14 @@ def forecast_from_store(journal: Journal, snapshot: ClusterSnapshot, settings: F
     return forecast_demand(snapshot, journal.demand.history(since=since), settings, epoch_seconds)
 
 
+def traffic_from_store(journal: Journal, snapshot: ClusterSnapshot, settings: ForecastSettings,
+                       epoch_seconds: float) -> dict[Edge, float]:
+    """`traffic.forecast_traffic` over the measured traffic of the window ending at the snapshot."""
+    since = snapshot.taken_at - timedelta(seconds=window_epochs(settings, epoch_seconds) * epoch_seconds)
+    return forecast_traffic(journal.traffic.pairs(since), journal.traffic.reads(since),
+                            (c.name for c in snapshot.containers), snapshot.taken_at, settings, epoch_seconds)
+
+
 def planning_view(journal: Journal, inventory: Inventory, observed: ClusterSnapshot
                   ) -> tuple[ClusterSnapshot, dict[str, Forecast]]:
     """What a plan is made (and re-checked) on: until a migration is settled both its nodes are
@@ -113,8 +123,10 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
     snapshot, forecasts = planning_view(journal, inventory, observed)
     allowance = allowance_at(inventory.budgets, inventory.windows, datetime.now(UTC),
                              journal.disruption_since)
+    traffic = traffic_from_store(journal, snapshot, inventory.planner.forecast, inventory.cluster.epoch_seconds)
     plan = make_plan(inventory, snapshot, policy=policy, time_limit_s=time_limit_s, dry_run=dry_run,
-                     facts=remembered(journal, inventory, snapshot, record=remember), allowance=allowance)
+                     facts=remembered(journal, inventory, snapshot, record=remember), allowance=allowance,
+                     traffic=traffic)
     if adjust is not None:
         plan = adjust(plan, snapshot)
     prediction = predict(inventory, snapshot, plan, inventory.planner, journal.migrations.frozen_history())

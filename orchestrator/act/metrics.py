@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from ..domain.plan import Plan
+from ..domain.savings import Ledger
 
 
 class ControllerMetrics:
@@ -24,9 +25,29 @@ class ControllerMetrics:
         self.plan_seconds = Histogram("peakpack_plan_seconds", "Solver time per epoch", registry=self.registry,
                                       buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.epochs = Counter("peakpack_epochs", "Epochs by outcome", ["outcome"], registry=self.registry)
+        self.saved_j = Counter("peakpack_energy_saved_joules", "Energy saved by switching nodes off, measured: each "
+                               "node's idle power from its counter x the time it stayed off, by counter source "
+                               "(rapl: the CPU package, dcmi: the wall; never add the two)", ["source"],
+                               registry=self.registry)
+        self.spent_j = Counter("peakpack_energy_spent_joules", "Measured energy of the migrations and wakes that the "
+                               "savings cost, by counter source; net saved = saved - spent", ["source"],
+                               registry=self.registry)
+        #: ledger totals already counted, per source (None until the first look: counting starts then)
+        self._ledger_seen: dict[str, tuple[float, float]] | None = None
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
+
+    def observe_ledger(self, book: Ledger) -> None:
+        """Add what the savings ledger gained since the last look (the first look only sets the
+        start: the counters count from this process's start, as Prometheus counters do)."""
+        now = {source: (t.saved_j, t.spent_j) for source, t in book.total.items() if source != "none"}
+        if self._ledger_seen is not None:
+            for source, (saved, spent) in now.items():
+                was_saved, was_spent = self._ledger_seen.get(source, (0.0, 0.0))
+                self.saved_j.labels(source).inc(max(0.0, saved - was_saved))
+                self.spent_j.labels(source).inc(max(0.0, spent - was_spent))
+        self._ledger_seen = now
 
     def observe_plan(self, plan: Plan) -> None:
         self.plan_seconds.observe(plan.solver.seconds)

@@ -97,9 +97,12 @@ def make_plan(
     facts: Remembered | None = None,
     dry_run: bool = True,
     allowance: Allowance | None = None,
+    traffic: Mapping[tuple[str, str], float] | None = None,
 ) -> Plan:
     """Solve the placement for `snapshot` with the named policy and order it into a plan,
     within what the disruption budgets and windows allow (`budgets.allowance`; None: anything).
+    `traffic`: forecast bytes per second per container pair (`decide.traffic`), which the
+    objective charges while a pair is on two nodes.
 
     `settings` default to the inventory's (`[planner]`); `time_limit_s` overrides theirs (the CLI
     flag). `facts` (what the store remembers) feed the power rules and hysteresis
@@ -120,6 +123,7 @@ def make_plan(
         allowance=allowance or Allowance(),
         pinned=held_back.pinned,
         keep_power=held_back.keep_power,
+        traffic=traffic or {},
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)

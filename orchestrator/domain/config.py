@@ -95,6 +95,7 @@ class _Planner(_PowerPolicy):
     migration_j: Annotated[float, Field(ge=0)] | None = None
     migration_j_per_gb: Annotated[float, Field(ge=0)] | None = None
     off_epochs: Annotated[float, Field(ge=1)] | None = None
+    traffic_j_per_gb: Annotated[float, Field(ge=0)] | None = None
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
     workers: Annotated[int, Field(ge=1)] | None = None
     relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None

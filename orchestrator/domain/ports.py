@@ -13,6 +13,8 @@ fenced with the lease token of the process that holds it):
     Journal.power       PowerRepo       power events, quarantine, nodes idle since when
     Journal.energy      EnergyRepo      counter samples and energy rows
     Journal.demand      DemandRepo      container demand per observation
+    Journal.traffic     TrafficRepo     bytes per container pair per conntrack read
+    Journal.savings     SavingsRepo     the energy saved: time off, migrations and wakes measured
     Journal.lease       LeaseRepo       the controller lease
 """
 
@@ -35,7 +37,10 @@ from .records import (
     PlanRecord,
     PowerEventRecord,
     StepRecord,
+    TrafficRead,
+    TrafficRecord,
 )
+from .savings import SavingRecord
 from .states import ActionState, MigrationState, PlanStatus
 
 
@@ -151,6 +156,19 @@ class DemandRepo(Protocol):
     def latest(self) -> dict[str, DemandRecord]: ...
 
 
+class TrafficRepo(Protocol):
+    def add(self, reads: Sequence[TrafficRead], pairs: Sequence[TrafficRecord]) -> None: ...
+    def pairs(self, since: datetime | None = None) -> list[TrafficRecord]: ...
+    def reads(self, since: datetime | None = None) -> list[TrafficRead]: ...
+
+
+class SavingsRepo(Protocol):
+    def add(self, row: SavingRecord) -> int: ...
+    def close(self, row_id: int, end: datetime) -> None: ...
+    def open_off(self, node: str) -> SavingRecord | None: ...
+    def history(self, since: datetime | None = None) -> list[SavingRecord]: ...
+
+
 class LeaseRepo(Protocol):
     def acquire(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None: ...
     def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
@@ -168,6 +186,8 @@ class Journal(Protocol):
     power: PowerRepo
     energy: EnergyRepo
     demand: DemandRepo
+    traffic: TrafficRepo
+    savings: SavingsRepo
     lease: LeaseRepo
 
     def fence(self, token: int | None) -> None: ...

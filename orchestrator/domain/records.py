@@ -187,3 +187,67 @@ class LeaseRecord(JsonRecord):
     token: int
     acquired_at: datetime
     expires_at: datetime
+
+
+class PeerKind(StrEnum):
+    """What one end of a measured flow is: a container (by name), a node's own host network
+    (a process or a `--network host` container: nothing names it), or an address outside the
+    inventory. Only container pairs become the planner's traffic graph."""
+
+    CONTAINER = "container"
+    HOST = "host"
+    EXTERNAL = "external"
+
+
+@dataclass(frozen=True)
+class Peer:
+    kind: PeerKind
+    name: str  # container name, node name (host) or IP address (external)
+
+    def __str__(self) -> str:
+        return self.name if self.kind is PeerKind.CONTAINER else f"{self.kind.value}:{self.name}"
+
+
+@dataclass(frozen=True)
+class TrafficRecord(JsonRecord):
+    """Bytes one client sent to one server (c2s) and back (s2c) over the interval ending at `at`
+    (table traffic), measured by the conntrack byte counters of `counted_on`: the server's node
+    when it was read, else the client's. Client and server are named by kind (`PeerKind`);
+    `client_node`/`server_node` say where each end was (None for an external address). `how`:
+    "local" (both ends on one node), "joined" (client named by its node's table, bytes counted on
+    the server's), "server-only" (no node's table names the client), "client-only" (the server's
+    node was not read)."""
+
+    at: datetime
+    interval_s: float
+    counted_on: str
+    client_kind: PeerKind
+    client: str
+    client_node: str | None
+    server_kind: PeerKind
+    server: str
+    server_node: str | None
+    c2s_bytes: int
+    s2c_bytes: int
+    flows: int
+    how: str
+
+    @property
+    def bytes(self) -> int:
+        return self.c2s_bytes + self.s2c_bytes
+
+
+@dataclass(frozen=True)
+class TrafficRead(JsonRecord):
+    """One node's conntrack read (table traffic_reads): `interval_s` since its previous read
+    (None: a baseline, whose bytes count nothing), how many flows it held and how many had no
+    byte counters (made before accounting was switched on); `note` says why the node's traffic
+    is not measured (`measured` False) or what it may miss."""
+
+    at: datetime
+    node: str
+    interval_s: float | None
+    flows: int
+    unaccounted: int
+    measured: bool
+    note: str | None = None

@@ -38,6 +38,11 @@ class PlannerSettings:
     migration_j_per_gb: float = 1800.0
     #: epochs a node switched off is expected to stay off (its idle power counts this many times)
     off_epochs: float = 1.5
+    #: what one GB between containers on two different nodes costs, in joules: the NICs, the
+    #: switches and the network stacks it crosses (and, at the operator's choice, a price for its
+    #: latency); 0: the traffic graph plays no part. Charged over the forecast window
+    #: (`traffic_horizon_s`), since a pair joined keeps its saving for as long as it keeps talking
+    traffic_j_per_gb: float = 100.0
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
     time_limit_s: float = 2.0
     workers: int | None = None        # CP-SAT search workers; None: its full portfolio of 8
@@ -56,6 +61,11 @@ class PlannerSettings:
     def off_horizon_s(self, epoch_seconds: float) -> float:
         """How long a node switched off now is expected to stay off: what a boot must pay for."""
         return self.off_epochs * epoch_seconds
+
+    def traffic_horizon_s(self) -> float:
+        """How long a pair's forecast traffic is charged for: the forecast window, over which the
+        forecast holds and hysteresis keeps a moved container where it went."""
+        return self.forecast.window_seconds
 
     def by_key(self) -> dict[str, Any]:
         """Every setting by its inventory key (`forecast.window_seconds` for `[planner.forecast]`)."""

@@ -26,6 +26,9 @@ class History:
     migrations: list[Row] = field(default_factory=list)
     power: list[Row] = field(default_factory=list)
     energy: list[Row] = field(default_factory=list)
+    #: the savings ledger per day (`domain.savings.Ledger.rows("day")`) and its one-line headline
+    savings: list[Row] = field(default_factory=list)
+    savings_headline: str = ""
 
 
 def _t(value: str) -> datetime:
@@ -198,6 +201,7 @@ table{{border-collapse:collapse;font-size:small}}td,th{{border:1px solid #ccc;pa
 <span class="kpi">median downtime {median}</span><span class="kpi">{measured_kj:.1f} kJ measured</span>
 <span class="kpi">{modelled_kj:.1f} kJ modelled</span>
 <span class="kpi">{len(h.power)} power events</span></p>
+<p id="savings"><strong>{html.escape(h.savings_headline)}</strong></p>
 {''.join(_img(out / name) for name in images)}
 <h2>Energy by source (kJ)</h2>
 <p>Measured energy comes from RAPL counters or the BMC (DCMI); modelled energy is the node's power
@@ -205,6 +209,13 @@ curve at its measured load and is never counted as measured. Idle is the curve's
 interval; containers share the rest by their cgroup CPU time; the residual is active energy no
 container's CPU time accounts for.</p>
 {_table(split_rows, ["source", "total", "idle", "containers", "residual", "unsplit"])}
+<h2>Energy saved, per day (kJ, measured counters only)</h2>
+<p>Saved: each node switched off draws nothing of the idle power its own counter measured right
+before it went off, for as long as it stays off. Spent: the measured energy of the migrations and
+wakes that made it possible. RAPL counts the CPU package, DCMI the wall: the two are never added.
+A cost that could not be measured is counted apart with its model figure, never in the net.</p>
+{_table([{**r, **{k: f"{r[k] / 1000:.1f}" for k in ("saved_j", "spent_j", "net_j", "model_spent_j")}}
+         for r in h.savings], ["period", "source", "saved_j", "spent_j", "net_j", "unmeasured_costs", "model_spent_j"])}
 <h2>Recent migrations</h2>
 {_table(h.migrations[-20:], ["container", "source", "target", "state", "frozen_ms", "started_at"])}
 <h2>Power events</h2>

@@ -16,6 +16,7 @@ from peakpack.power import ipmi
 from peakpack.power.policy import adjust_plan
 from peakpack.power.reconcile import bmc_is_on, reconcile_power_events
 from peakpack.power.sampler import EnergySampler
+from peakpack.power.savings import SavingsRecorder
 
 from ..act.reconcile import finish_unfinished_actions
 from ..domain.errors import PeakpackError, PowerError
@@ -25,14 +26,19 @@ from ..domain.ports import Services
 from ..domain.records import EnergyRow
 from ..domain.states import ActionState
 from ..observe.cluster import observe_and_record, observe_node
+from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
 
 
 class LiveOps:
-    """NodeOps on real nodes; every power switch is journaled as a power event."""
+    """NodeOps on real nodes; every power switch is journaled as a power event, and measured
+    around for the savings ledger (`power/savings.py`: an idle probe before a power-off, the
+    way back after a wake, migrations bracketed)."""
 
-    def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None]) -> None:
+    def __init__(self, inventory: Inventory, store: Store, shell: RemoteShell, log: Callable[[str], None],
+                 savings: SavingsRecorder) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
+        self.savings = savings
 
     def _answers(self, node: str) -> bool:
         try:
@@ -50,6 +56,7 @@ class LiveOps:
         return False
 
     def power_on(self, node: str, reason: str) -> None:
+        standby = self.savings.before_wake(node)
         event = self.store.power.begin(node, "power_on", reason)
         timeout = self.inventory.planner.wake_timeout_seconds
         try:
@@ -61,9 +68,11 @@ class LiveOps:
             self.store.power.quarantine(node, f"failed to wake: {exc}")
             raise
         self.store.power.finish(event, "SUCCEEDED")
+        self.savings.woke(node, standby)
         self.log(f"{node}: powered on")
 
     def power_off(self, node: str, reason: str) -> None:
+        probe = self.savings.probe_idle(node)  # it hosts nothing now (the executor checked)
         event = self.store.power.begin(node, "power_off", reason)
         try:
             ipmi.switch(self.inventory.node(node), ipmi.Chassis.SOFT)
@@ -75,14 +84,17 @@ class LiveOps:
         self.shell.forget(node)
         self.store.power.set_idle_since(node, None)
         self.store.power.finish(event, "SUCCEEDED")
+        self.savings.switched_off(node, reason, probe)
         self.log(f"{node}: powered off")
 
     def migrate(self, actions: Sequence[tuple[int, Action]],
                 stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
-        return self.shell.call(execute_migrations(
-            self.shell.pool, self.shell.engines, self.store, self.inventory, actions, progress=self.log,
-            per_node=self.inventory.budgets.migrations_per_node,
-            bmc_power=ipmi.power_probe(self.inventory), stop_requested=stop_requested))
+        nodes = [n for _, a in actions for n in (a.source, a.target) if n]
+        with self.savings.migrations(nodes, len(actions)):
+            return self.shell.call(execute_migrations(
+                self.shell.pool, self.shell.engines, self.store, self.inventory, actions, progress=self.log,
+                per_node=self.inventory.budgets.migrations_per_node,
+                bmc_power=ipmi.power_probe(self.inventory), stop_requested=stop_requested))
 
     def pin(self, node: str) -> None:
         view = self.shell.call(observe_node(self.shell.pool, node, lambda _: None))
@@ -107,15 +119,22 @@ def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[st
     return lines
 
 
-def live_observer(inventory: Inventory, store: Store) -> Callable[[], ClusterSnapshot]:
-    """Observing the live cluster (and storing its demand) without acting: `serve --dry-run`."""
-    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory))
+def _logger(console: Console) -> Callable[[str], None]:
+    return lambda text: console.print(text, markup=False, highlight=False)
+
+
+def live_observer(inventory: Inventory, store: Store, console: Console) -> Callable[[], ClusterSnapshot]:
+    """Observing the live cluster (and storing its demand and traffic) without acting: `serve --dry-run`."""
+    meter = TrafficMeter(inventory, _logger(console))
+    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory), meter=meter)
 
 
 def live_services(inventory: Inventory, store: Store, console: Console) -> Services:
     shell = RemoteShell(inventory)
-    log = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+    log = _logger(console)
     sampler = EnergySampler(inventory, store, shell, log)
+    meter = TrafficMeter(inventory, log)
+    savings = SavingsRecorder(inventory, store, shell, log)
 
     def adjust(plan: Plan, snapshot: ClusterSnapshot) -> Plan:
         adjusted = adjust_plan(plan, snapshot, inventory, store.power.quarantined())
@@ -124,6 +143,7 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
         return adjusted
 
     def account(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
+        savings.woken_outside(snapshot)
         rows = sampler.sample(snapshot, plan_id)
         nodes = [r for r in rows if r.container is None]
         if nodes:  # measured and modelled energy are never summed into one figure
@@ -133,8 +153,8 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
         return rows
 
     return Services(
-        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory)),
-        ops=LiveOps(inventory, store, shell, log),
+        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter),
+        ops=LiveOps(inventory, store, shell, log, savings),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,
         account_energy=account,

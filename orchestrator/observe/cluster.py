@@ -29,6 +29,8 @@ from ..domain.ports import Journal
 from ..domain.records import DemandRecord
 from ..remote import SshPool
 from ..remote.shell import RemoteShell
+from .conntrack import NodeNet
+from .traffic import READ_SCRIPT, NodeTraffic, TrafficMeter, parse_read
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
 #: a failing `docker ps` fails the node (an error is not an empty node)
@@ -169,28 +171,36 @@ class NodeView:
     facts: spec.NodeFacts | None = None
     #: the inspect documents of its running containers, by name, for `spec.why_not_onto`
     inspected: dict[str, spec.Inspect] = field(default_factory=dict)
+    #: its conntrack table and what it needs to map it (only when traffic is measured)
+    traffic: NodeTraffic | None = None
 
 
-async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeView:
+async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: str | None = None) -> NodeView:
+    """`address`: the node's inventory address, given when its traffic is measured too (one more
+    command, `traffic.READ_SCRIPT`, run beside the others)."""
     try:
-        # every read finishes (a node that is off fails all three) before the first failure is
+        commands = [ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
+                    ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
+                    ssh.run(node, spec.node_facts_argv(), timeout=60)]
+        if address is not None:
+            commands.append(ssh.run(node, ["sh", "-c", READ_SCRIPT], timeout=60))
+        # every read finishes (a node that is off fails them all) before the first failure is
         # raised: none is left waiting on the node's connection when the caller's loop closes
-        answers = await asyncio.gather(
-            ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
-            ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
-            ssh.run(node, spec.node_facts_argv(), timeout=60),
-            return_exceptions=True,
-        )
+        answers = await asyncio.gather(*commands, return_exceptions=True)
         failed = next((a for a in answers if isinstance(a, BaseException)), None)
         if failed is not None:
             raise failed
-        inspect, used, facts = answers
+        inspect, used, facts, *conntrack = answers
         usage = parse_usage(node, used.stdout)
         items = parse_inspect(node, inspect.stdout)
         containers = containers_of(node, items, usage)
         running = {spec.name_of(d): d for d in items if d["State"]["Running"]}
+        traffic = None
+        if conntrack and address is not None:
+            read = parse_read(conntrack[0].stdout)
+            traffic = (NodeNet.from_inspect(node, read.addresses | {address}, running.values()), read)
         return NodeView(NodeState(node, powered=True), containers, usage=usage,
-                        facts=spec.parse_node_facts(node, facts.stdout), inspected=running)
+                        facts=spec.parse_node_facts(node, facts.stdout), inspected=running, traffic=traffic)
     except HostKeyError as exc:
         return NodeView(NodeState(node, powered=True), [], str(exc))
     except NodeError as exc:
@@ -203,12 +213,14 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe) -> NodeVi
                         f"{str(exc).split(': ', 1)[-1]}")
 
 
-async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe) -> list[NodeView]:
+async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe,
+                        addresses: Mapping[str, str] | None = None) -> list[NodeView]:
     """Every node at once, each movable container then told which observed nodes migration
     preflight would refuse it (`spec.why_not_onto`). Shared paths to look for are known only once
     every node answered, so a second read asks the nodes for them, only when there are any; a node
-    that cannot answer it counts as lacking them."""
-    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power) for n in nodes)))
+    that cannot answer it counts as lacking them. `addresses` (node -> inventory address): read
+    their conntrack tables too."""
+    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power, (addresses or {}).get(n)) for n in nodes)))
     paths = spec.shared_paths(d for v in views for d in v.inspected.values())
     if paths:
         async def with_paths(v: NodeView) -> NodeView:
@@ -238,14 +250,16 @@ def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteSh
     return observe_usage(inventory, bmc_power, shell)[0]
 
 
-def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None
-                  ) -> tuple[ClusterSnapshot, list[Usage]]:
-    """`observe_cluster`, and the cgroup counters of every container in the snapshot. `bmc_power`
-    (power/ supplies the real one) tells a node that is off from one that does not answer."""
+def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None, *,
+                  traffic: bool = False) -> tuple[ClusterSnapshot, list[Usage], dict[str, NodeTraffic | None]]:
+    """`observe_cluster`, the cgroup counters of every container in the snapshot and, with
+    `traffic`, every node's conntrack read (None for a node not read). `bmc_power` (power/
+    supplies the real one) tells a node that is off from one that does not answer."""
     own = shell is None
     shell = shell or RemoteShell(inventory)
+    addresses = {n.name: n.address for n in inventory.nodes} if traffic else None
     try:
-        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power))
+        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power, addresses))
     finally:
         if own:
             shell.close()
@@ -262,7 +276,7 @@ def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShel
         containers.append(c)
     snapshot = ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
     usage = [v.usage[c.name] for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
-    return snapshot, usage
+    return snapshot, usage, {v.state.name: v.traffic for v in views}
 
 
 def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord], at: datetime) -> list[DemandRecord]:
@@ -280,10 +294,14 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
 
 
 def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
-                       bmc_power: PowerProbe) -> ClusterSnapshot:
-    """`observe_cluster`, storing every container's demand since its previous row."""
-    snapshot, usage = observe_usage(inventory, bmc_power, shell)
+                       bmc_power: PowerProbe, meter: TrafficMeter | None = None) -> ClusterSnapshot:
+    """`observe_cluster`, storing every container's demand since its previous row and, with a
+    `meter`, the traffic between containers since the previous read."""
+    snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None)
     store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
+    if meter is not None:
+        measured = meter.measure(reads, snapshot.taken_at)
+        store.traffic.add(measured.reads, measured.pairs)
     return snapshot
 
 

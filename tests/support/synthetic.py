@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -198,3 +198,46 @@ def brute_force_optimum(problem: PlacementProblem) -> float:
         if not violations(problem, assignment, powered):
             best = min(best, evaluate(problem, assignment, powered).total)
     return best
+
+
+def tiered_traffic(containers: Sequence[Container], seed: int = 0, *, app_size: int = 12, mean_mbps: float = 10.0,
+                   alpha: float = 1.1, cross_share: float = 0.05) -> dict[tuple[str, str], float]:
+    """A CloudSuite-like container graph over `containers` (bytes per second per unordered pair):
+    consecutive containers form applications of about `app_size` in three tiers (clients,
+    caches, servers: 40/30/30%); each client talks to one or two caches of its application and
+    each cache to one or two servers, and `cross_share` of the containers talk to a cache of
+    another application. Pair rates are Pareto(`alpha`) with mean `mean_mbps` MB/s (clipped at
+    1 GB/s): heavy-tailed, the top tenth of pairs carrying about 80% of the bytes at 1.1."""
+    rng = np.random.default_rng(seed)
+    names = [c.name for c in containers]
+    scale = mean_mbps * 1e6 * (alpha - 1) / alpha  # Pareto's minimum for that mean
+    traffic: dict[tuple[str, str], float] = {}
+
+    def talk(a: str, b: str) -> None:
+        if a != b:
+            key = (a, b) if a < b else (b, a)
+            traffic[key] = min(float(scale * (1 + rng.pareto(alpha))), 1e9)
+
+    caches_of: list[list[str]] = []
+    for start in range(0, len(names), app_size):
+        app = names[start:start + app_size]
+        k1, k2 = max(1, round(0.4 * len(app))), max(1, round(0.7 * len(app)))
+        clients, caches, servers = app[:k1], app[k1:k2] or app[:1], app[k2:] or app[-1:]
+        caches_of.append(caches)
+        for c in clients:
+            for cache in rng.choice(caches, size=min(len(caches), int(rng.integers(1, 3))), replace=False):
+                talk(c, str(cache))
+        for cache in caches:
+            for server in rng.choice(servers, size=min(len(servers), int(rng.integers(1, 3))), replace=False):
+                talk(cache, str(server))
+    for i in np.flatnonzero(rng.random(len(names)) < cross_share).tolist():
+        other = caches_of[int(rng.integers(len(caches_of)))]
+        talk(names[i], str(other[int(rng.integers(len(other)))]))
+    return traffic
+
+
+def cross_node_share(traffic: Mapping[tuple[str, str], float], assignment: Mapping[str, str]) -> float:
+    """Share of the bytes per second that cross between nodes under `assignment`."""
+    total = sum(traffic.values())
+    crossing = sum(r for (a, b), r in traffic.items() if assignment[a] != assignment[b])
+    return crossing / total if total else 0.0

@@ -4,6 +4,7 @@ while the checkout still works), and nothing else lands at the top level of site
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -30,8 +31,16 @@ def test_every_package_folder_is_listed_under_the_peakpack_namespace() -> None:
 
 
 def test_the_wheel_has_one_top_level_package(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    """Built from a copy of the tracked files, so no build/ folder of an earlier build (which can
+    hold modules deleted since) leaks into the wheel or is left in the checkout."""
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+                   check=True, capture_output=True)
     [wheel] = tmp_path.glob("peakpack-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}

@@ -62,3 +62,31 @@ def test_a_restarted_sampler_learns_the_counters_idle_from_the_store(tmp_path: P
     assert node.source == "rapl" and node.idle_j == pytest.approx(30.0 * seconds)  # learned, not 100 W
     assert a.container == "a" and a.energy_j > 0
     assert node.idle_j + node.residual_j + a.energy_j == pytest.approx(node.energy_j)
+
+
+def test_an_interval_with_a_power_cycle_is_no_row_and_teaches_no_idle(tmp_path: Path) -> None:
+    """Lab nodes report the host's boot id, so a power cycle shorter than the sampler's window
+    left one row spanning the time off (the counter stands still while off): a mean power near 0,
+    which `split_idle_w` then learned as the node's idle, and the savings ledger with it. A power
+    event of the node since its last sample now cuts there: that interval is missing, and the
+    next one starts at the first sample after the wake."""
+    inv = Inventory(ClusterConfig("t", epoch_seconds=60),
+                    (NodeSpec("n1", "192.0.2.2", 4, 8192, PowerCurve.linear(100, 250)),))
+    now = datetime.now(UTC)
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.energy.add_samples([EnergySample("n1", now - timedelta(seconds=90), "rapl", energy_uj=0,
+                                               zone="intel-rapl:0", max_energy_range_uj=TOP, boot_id=BOOT)])
+        off = store.power.begin("n1", "power_off", "plan 1: emptied")
+        store.power.finish(off, "SUCCEEDED")
+        on = store.power.begin("n1", "power_on", "plan 2")
+        store.power.finish(on, "SUCCEEDED")
+        # 10 s at 100 W before it went off, 5 s since it answered again: 1,500 J over 90 s
+        text = f"boot {BOOT}\nbusy 0\nintel-rapl:0 {1500 * 10**6} {TOP}\n"
+        sampler = EnergySampler(inv, store, Shell(text), log=lambda _line: None)  # type: ignore[arg-type]
+        snapshot = ClusterSnapshot(nodes=(NodeState("n1"),), containers=())
+        assert sampler.sample(snapshot, None) == []
+        assert store.energy.history() == []
+        later = f"boot {BOOT}\nbusy 0\nintel-rapl:0 {(1500 + 100 * 30) * 10**6} {TOP}\n"
+        sampler.shell = Shell(later)  # type: ignore[assignment]
+        [row] = sampler.sample(snapshot, None)
+    assert row.start > now and row.energy_j == pytest.approx(3000.0)

@@ -13,12 +13,21 @@ from pathlib import Path
 import pytest
 
 import peakpack.db.repos
+from peakpack.db.connect import _head_revision
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
 from peakpack.orchestrator.domain.inputs import parse_duration
-from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
+from peakpack.orchestrator.domain.records import (
+    DemandRecord,
+    EnergyRow,
+    EnergySample,
+    PeerKind,
+    TrafficRead,
+    TrafficRecord,
+)
+from peakpack.orchestrator.domain.savings import SavingKind, SavingRecord
 from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
 from tests.support.postgres import drop_schema
 
@@ -29,7 +38,7 @@ def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> N
     Store.open(url).close()  # a second open finds the schema at head and changes nothing
     con = sqlite3.connect(tmp_path / "pp.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(_head_revision(),)]
     with Store.open(url) as s, s.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -125,6 +134,35 @@ def test_energy_samples_and_grouping(store: Store) -> None:
         store.energy.add([EnergyRow("node-1", t0, t0, -1.0, "rapl")])
 
 
+def test_traffic_pairs_and_reads_round_trip(store: Store) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    pair = TrafficRecord(t0, 60.0, "node-2", PeerKind.CONTAINER, "cli", "node-1", PeerKind.CONTAINER, "srv",
+                         "node-2", 2000, 300000, 3, "joined")
+    read = TrafficRead(t0, "node-3", None, 4, 4, False, "traffic not measured on node-3: enable x")
+    store.traffic.add([read], [pair])
+    assert store.traffic.pairs() == [pair] and store.traffic.reads() == [read]
+    assert store.traffic.pairs(since=t0 + timedelta(seconds=1)) == []
+    assert pair.to_json()["client_kind"] == "container" and pair.bytes == 302000
+    with pytest.raises(ValueError):
+        store.traffic.add([], [TrafficRecord(t0, 1.0, "n", PeerKind.HOST, "n", "n", PeerKind.HOST, "m", "m", -1, 0,
+                                             1, "local")])
+
+
+def test_savings_rows_open_close_and_refuse_unsourced_energy(store: Store) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    off = store.savings.add(SavingRecord(SavingKind.OFF, "node-3", None, t0, source="rapl", idle_w=100.0))
+    assert store.savings.open_off("node-3") == SavingRecord(SavingKind.OFF, "node-3", None, t0, source="rapl",
+                                                            idle_w=100.0, id=off)
+    store.savings.close(off, t0 + timedelta(hours=1))
+    assert store.savings.open_off("node-3") is None
+    store.savings.add(SavingRecord(SavingKind.BOOT, "node-3", None, t0 + timedelta(hours=1), source="rapl",
+                                   model_j=1800.0, note="not measured"))
+    assert [r.kind for r in store.savings.history(since=t0 + timedelta(minutes=30))] == [SavingKind.OFF,
+                                                                                       SavingKind.BOOT]
+    with pytest.raises(ValueError, match="without the counter"):
+        store.savings.add(SavingRecord(SavingKind.MIGRATION, None, None, t0, energy_j=5.0))
+
+
 def url_of(store: Store) -> str:
     return store.engine.url.render_as_string(hide_password=False)
 
@@ -184,6 +222,9 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "plans.set_status": lambda: old.plans.set_status(plan_id, PlanStatus.APPLYING,
                                                            only_from=[PlanStatus.RECOMMENDED]),
             "plans.expire": lambda: old.plans.expire(),
+            "traffic.add": lambda: old.traffic.add([TrafficRead(t0, "node-1", None, 0, 0, True)], []),
+            "savings.add": lambda: old.savings.add(SavingRecord(SavingKind.OFF, "node-3", None, t0)),
+            "savings.close": lambda: old.savings.close(1, t0),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for write in writes.values():

@@ -8,8 +8,9 @@ sum exactly. Nodes that must stay on add their idle power. On top comes the migr
 no placement avoids: containers on a node they are not eligible for, and the cheapest fractional
 cover of each over-cap node's excess. Devil contention is bounded jointly with power (devils
 spread over more nodes need more nodes on: a Lagrangian bound on power with m nodes on), and a
-split group pays for its spread or for the moves that join it. Memory and eligibility are
-relaxed, so the bound is loose where those bind.
+split group pays for its spread or for the moves that join it; a pair of talking containers
+that may share no node pays its traffic. Memory and eligibility are relaxed, so the bound is
+loose where those bind (and where traffic forces a choice between joining and packing).
 """
 
 from __future__ import annotations
@@ -241,7 +242,19 @@ def _cover_cost(costs: np.ndarray, sizes: np.ndarray, limit: float) -> float:
     return cost
 
 
+def traffic_bound(inst: Instance) -> float:
+    """Pairs whose two containers may share no node are split in every placement."""
+    graph = inst.graph
+    total = 0.0
+    for k in np.flatnonzero([a in inst.eligible or b in inst.eligible
+                             for a, b in zip(graph.a.tolist(), graph.b.tolist())]).tolist():
+        if not (inst.allowed(int(graph.a[k])) & inst.allowed(int(graph.b[k]))).any():
+            total += float(graph.w[k])
+    return total
+
+
 def lower_bound(inst: Instance) -> float:
     """Power and contention, plus unavoidable migrations and group spread (on disjoint
-    containers, so they add up); <= the objective of any answer."""
-    return power_contention_bound(inst) + forced_migration_bound(inst) + affinity_bound(inst)
+    containers, so they add up), plus the traffic of pairs that can never share a node (its own
+    term); <= the objective of any answer."""
+    return power_contention_bound(inst) + forced_migration_bound(inst) + affinity_bound(inst) + traffic_bound(inst)

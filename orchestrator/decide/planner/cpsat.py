@@ -10,7 +10,9 @@ them, every other container stays put. Model, in integers:
 - power: idle x on[n] + P[n], P[n] above every line of the convex envelope of the curve's
   dynamic part (exact for convex curves, a valid under-estimate otherwise: what is reported is
   always `objective.evaluate` on the answer);
-- migrations, devil pairs (P(k) = k(k-1)/2 via its tangent lines) and group spans (y[g,n]).
+- migrations, devil pairs (P(k) = k(k-1)/2 via its tangent lines) and group spans (y[g,n]);
+- traffic: split[a,b] >= x[a,n] - x[b,n] for every node a may use, for the heaviest pairs of
+  the neighbourhood (`_add_traffic`; pairs with one end outside it are split whatever happens);
 - symmetry: interchangeable empty nodes (same type, power state, eligibility, no container
   that comes from them) are used in order, the busiest first;
 - cuts the LP relaxation misses: devil pairs against the number of nodes on
@@ -197,6 +199,8 @@ def solve_nodes(
                         m.AddImplication(x[c][n], y)
                 terms.append((y, aff))
 
+    const += _add_traffic(m, inst, conts, x, hint_node, terms)
+
     for members in classes:
         for a, b in zip(members, members[1:]):
             if not isinstance(on[a], int):
@@ -256,6 +260,43 @@ def _add_power(
             m.Add(_line(p, load, a, b, idle, scale) >= 0).OnlyEnforceIf(z)
         m.Add(sum(picks) == on)
     terms.append((p, 1))
+
+
+#: pairs the model prices per container of the neighbourhood (the heaviest); the others are left
+#: out, which only weakens its bound: a sub-solution is kept on the true objective
+TRAFFIC_EDGES_PER_CONTAINER = 4
+
+
+def _add_traffic(
+    m: cp_model.CpModel,
+    inst: Instance,
+    conts: list[int],
+    x: dict[int, dict[int, cp_model.IntVar]],
+    hint_node: dict[int, int],
+    terms: list[tuple[cp_model.IntVar, int]],
+) -> float:
+    """One boolean per pair of the neighbourhood: split >= x[a,n] - x[b,n] for every node n that
+    a may use. With exactly one node each, split is forced to 1 exactly when a and b part, and
+    the objective keeps it at 0 otherwise. A pair with one end outside the neighbourhood is split
+    whatever happens (that end's node is not among `nodes`): its weight is a constant (mW)."""
+    graph = inst.graph
+    if not graph.edges or not conts:
+        return 0.0
+    inside = np.zeros(inst.n_containers, dtype=bool)
+    inside[conts] = True
+    e = graph.touching(np.asarray(conts, dtype=np.int64))
+    both = inside[graph.a[e]] & inside[graph.b[e]]
+    internal = e[both][np.argsort(-graph.w[e[both]], kind="stable")][: TRAFFIC_EDGES_PER_CONTAINER * len(conts)]
+    for k in internal.tolist():
+        a, b, coef = int(graph.a[k]), int(graph.b[k]), round(float(graph.w[k]) * MW)
+        if coef <= 0:
+            continue
+        split = m.NewBoolVar(f"split{a}_{b}")
+        m.AddHint(split, hint_node[a] != hint_node[b])
+        for n, xa in x[a].items():
+            m.Add(split >= xa - x[b][n] if n in x[b] else split >= xa)
+        terms.append((split, coef))
+    return float(graph.w[e[~both]].sum()) * MW
 
 
 def _add_budget(

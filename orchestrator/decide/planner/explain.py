@@ -3,23 +3,45 @@
 Pure: the problem and the plan in, {container: line} out. Reasons, first that applies:
 
 - moves: off a node over the cap; to empty a node that the plan switches off (with the watts
-  that node draws now, from its power curve: a model figure); else to lower the objective's
-  other terms (devils sharing a node, a group spread over nodes, a less efficient node);
+  that node draws now, from its power curve: a model figure); to join the container it talks to
+  most, which it was apart from ("moves to join web-3 (42 MB/s)", the forecast of measured
+  traffic); else to lower the objective's other terms (devils sharing a node, a group spread over
+  nodes, a less efficient node);
 - stays: cannot be live-migrated (the opt-out label or another reason found by observation);
   its node is held (an unsettled migration, a node being drained); a maintenance window; the
   migration budget left cannot empty its node; its node may not be switched off (power-off budget
   or window, or a power rule: grace, break-even, quarantine); pinned by hysteresis; may run on no
-  other node; otherwise moving it would cost more than it saves.
+  other node; apart from the container it talks to most, joining which would cost more than the
+  traffic saves or does not fit ("stays: joining db-1 would cost more than its 12 MB/s saves");
+  otherwise moving it would cost more than it saves.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
-from ...domain.capacity import over_cap_nodes
+from ...domain.capacity import node_capacity, over_cap_nodes, within
 from ...domain.model import ClusterSnapshot, Container, Inventory, node_loads
 from ...domain.plan import ActionKind, Plan
+from .graph import MB
 from .problem import PlacementProblem
+
+
+def mb_per_s(rate: float) -> str:
+    """Bytes per second as "42 MB/s" or "0.92 MB/s"."""
+    v = rate / MB
+    return f"{v:.0f} MB/s" if v >= 10 else f"{v:.2g} MB/s"
+
+
+def partners(traffic: Mapping[tuple[str, str], float]) -> dict[str, list[tuple[float, str]]]:
+    """Each container's traffic partners, the heaviest first: (forecast bytes/s, name)."""
+    out: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for (a, b), rate in traffic.items():
+        if rate > 0 and a != b:
+            out[a].append((rate, b))
+            out[b].append((rate, a))
+    return {c: sorted(p, key=lambda x: (-x[0], x[1])) for c, p in out.items()}
 
 
 def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
@@ -36,30 +58,58 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
     for c in snap.containers:
         staying[moves[c.name][-1] if c.name in moves else c.node] += 1
     draws = _draws(inv, snap)
+    before = snap.placement()
+    after = {c.name: moves[c.name][-1] if c.name in moves else c.node for c in snap.containers}
+    talks = partners(problem.traffic) if problem.weights.traffic_w_per_mbps > 0 else {}
     lines: dict[str, str] = {}
     for c in snap.containers:
         if c.name in moves:
             route = " -> ".join([c.node, *moves[c.name]])
+            joined = next(((rate, b) for rate, b in talks.get(c.name, ())
+                           if before.get(b) != c.node and after.get(b) == after[c.name]), None)
             if c.node in over:
                 why = f"{c.node} is over the {problem.cpu_cap:.0%} CPU cap or its memory cap"
             elif c.node in switched_off:
                 why = (f"empties {c.node}, which is switched off: saves {draws[c.node]:.0f} W "
                        "(power model, its draw now)")
+            elif joined is not None:
+                lines[c.name] = f"moves to join {joined[1]} ({mb_per_s(joined[0])}): {route}"
+                continue
             else:
                 why = "lowers the objective (devils sharing a node, a group spread out, or power)"
             lines[c.name] = f"moves {route}: {why}"
             continue
-        lines[c.name] = f"stays on {c.node}: " + _why_stays(
-            problem, c, len(plan.migrations), power_offs, staying[c.node]
-        )
+        why = _why_stays(problem, c, len(plan.migrations), power_offs, staying[c.node])
+        apart = next(((rate, b) for rate, b in talks.get(c.name, ()) if after.get(b) != c.node), None)
+        if why is None and apart is not None:
+            lines[c.name] = _stays_apart(problem, c, after, *apart)
+        else:
+            lines[c.name] = f"stays on {c.node}: " + (why or _not_worth(problem, c))
     return lines
+
+
+def _stays_apart(problem: PlacementProblem, c: Container, after: Mapping[str, str], rate: float,
+                 partner: str) -> str:
+    """Why c stays apart from the container it talks to most: joining it would not fit, or its
+    migration (W averaged over the epoch) costs more than the traffic it would save (W at
+    `traffic_w_per_mbps`)."""
+    there = after[partner]
+    spec = problem.inventory.node(there)
+    load = node_loads(problem.snapshot.containers, after).get(there)
+    cpu_cap, mem_cap = node_capacity(spec, problem.inventory.cluster, problem.cpu_cap)
+    if load is not None and not (within(load.cpu + c.cpu, cpu_cap) and within(load.memory_mb + c.memory_mb, mem_cap)):
+        return f"stays: joining {partner} ({mb_per_s(rate)}) does not fit on {there}; on {c.node}"
+    w = problem.weights
+    cost, saves = w.migration_cost(c.memory_mb), rate / MB * w.traffic_w_per_mbps
+    return (f"stays: joining {partner} would cost more than its {mb_per_s(rate)} saves ({cost:.0f} W to move "
+            f"and the power on {there} vs {saves:.1f} W of traffic, averaged over the epoch); on {c.node}")
 
 
 def _why_stays(
     problem: PlacementProblem, c: Container, migrations: int, power_offs: int, neighbours: int
-) -> str:
-    """`neighbours`: containers on c's node after the plan, c included (the moves emptying it
-    would take)."""
+) -> str | None:
+    """What keeps c where it is, None when nothing does (it is not worth moving). `neighbours`:
+    containers on c's node after the plan, c included (the moves emptying it would take)."""
     snap, allow, node = problem.snapshot, problem.allowance, c.node
     spec = problem.inventory.node(node)
     if c.immovable is not None:
@@ -81,6 +131,10 @@ def _why_stays(
     allowed = problem.eligible.get(c.name)
     if allowed is not None and allowed <= {node}:
         return "it may run on no other node"
+    return None
+
+
+def _not_worth(problem: PlacementProblem, c: Container) -> str:
     cost = problem.weights.migration_cost(c.memory_mb)
     return (f"not worth its migration cost ({cost:.0f} W averaged over the epoch): moving it "
             "empties no node worth switching off")

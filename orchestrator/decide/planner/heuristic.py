@@ -8,12 +8,18 @@
    So nothing moves unless a node can be emptied profitably: zero churn on a good placement.
 3. Untangle: move devils off nodes where they share, and members of split groups, wherever
    the move alone lowers the objective (the pair or the span saved pays for the migration).
+4. Join: for pairs of talking containers on different nodes, heaviest first, move one onto the
+   other's node, or both onto a third with room, where that lowers the objective (the traffic
+   saved pays for the moves).
 
 Every decision is priced with `Packing.move_delta`, i.e. in the objective's own terms, and
 steps 2-3 keep within the disruption budget (`Packing.within_budget`).
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 import numpy as np
 
@@ -96,19 +102,19 @@ def repair(pack: Packing) -> None:
 
 
 def try_drain(pack: Packing, s: int) -> bool:
-    """Empty node s into the other powered nodes and switch it off, if that lowers the objective."""
+    """Empty node s into the other powered nodes and switch it off, if that lowers the objective.
+    Given up as soon as what the moves left could save at most cannot bring the total below 0
+    (`_least_left`, exact: it only spares pricing a drain that cannot pay)."""
     inst = pack.inst
     members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
-    # Cheap refusal: the moves alone would cost more than everything s draws.
-    cs = np.array(members, dtype=np.int64)
-    if len(cs):
-        home = inst.orig[cs] == s
-        floor = inst.mig_cost[cs][home].sum() - inst.mig_cost[cs][~home].sum()
-        if floor >= inst.power1(s, pack.load[s]):
-            return False
+    moves, others = _least_left(pack, s, members)
+    # Cheap refusal: the moves alone (their migrations, less the traffic they could join) would
+    # cost more than everything s draws.
+    if moves[0] >= inst.power1(s, pack.load[s]):
+        return False
     total = -float(inst.watts[s, 0])  # idle power saved once s is empty and off
     done: list[int] = []
-    for c in members:
+    for k, c in enumerate(members):
         mask = pack.fits(c)
         mask[s] = False
         choice = pick_target(pack, c, mask)
@@ -117,6 +123,9 @@ def try_drain(pack: Packing, s: int) -> bool:
         pack.move(c, choice[0])
         total += choice[1]
         done.append(c)
+        shed = inst.power1(s, pack.load[s]) - float(inst.watts[s, 0])  # what s still draws above idle
+        if total + moves[k + 1] + others[k + 1] - shed >= 0:
+            break  # even the best rest of the drain would not pay
     if len(done) == len(members) and total < -1e-9:
         pack.on[s] = False
         if pack.within_budget():
@@ -125,6 +134,23 @@ def try_drain(pack: Packing, s: int) -> bool:
     for c in reversed(done):
         pack.move(c, s)
     return False
+
+
+def _least_left(pack: Packing, s: int, members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For each k, lower bounds on what moving members[k:] off s changes in the objective besides
+    the power s sheds: their migrations (paid, or got back for a container returning home) less
+    the weight of their traffic pairs; and what they could shed in devil pairs on s and group
+    spans. A target's power only grows."""
+    inst, w = pack.inst, pack.inst.problem.weights
+    cs = np.array(members, dtype=np.int64)
+    moves = np.where(inst.orig[cs] == s, inst.mig_cost[cs], -inst.mig_cost[cs]) - inst.graph.incident[cs]
+    others = -(inst.devil[cs] * w.contention_w * max(int(pack.devils[s]) - 1, 0)
+               + (inst.group[cs] >= 0) * w.affinity_w)
+
+    def suffix(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.cumsum(x[::-1])[::-1], [0.0]])
+
+    return suffix(moves), suffix(others)
 
 
 def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int = 3) -> int:
@@ -223,11 +249,103 @@ def swap_devil(pack: Packing, d: int) -> bool:
     return False
 
 
-def start(pack: Packing) -> None:
-    """The search's starting point: repair, consolidate, untangle. Repair is not held to the
-    migration budget (the cap comes first); what it spends counts against it."""
+def join(pack: Packing, deadline: float = math.inf) -> int:
+    """Join split pairs, heaviest first, within the budget: move one end onto the other's node,
+    or both onto a third node with room for the two, whichever lowers the objective most (a move
+    kept only if the objective falls). Only pairs that weigh more than moving their cheaper end
+    are tried; lighter ones rarely pay alone (LNS may still join them with others). Stops at
+    `deadline` (time.perf_counter)."""
+    inst = pack.inst
+    graph = inst.graph
+    if not graph.edges:
+        return 0
+    worth = graph.w > np.minimum(inst.mig_cost[graph.a], inst.mig_cost[graph.b])
+    split = np.flatnonzero((pack.assign[graph.a] != pack.assign[graph.b]) & worth)
+    moved = 0
+    for k in split[np.argsort(-graph.w[split], kind="stable")].tolist():
+        a, b = int(graph.a[k]), int(graph.b[k])
+        if pack.assign[a] == pack.assign[b]:
+            continue
+        if time.perf_counter() >= deadline:
+            break
+        best = _best_join(pack, a, b, float(graph.w[k]))
+        if best is None:
+            continue
+        before = {c: int(pack.assign[c]) for c, _ in best}
+        for c, t in best:
+            pack.move(c, t)
+        if pack.within_budget():
+            moved += len(best)
+        else:
+            for c, home in before.items():
+                pack.move(c, home)
+    return moved
+
+
+def _best_join(pack: Packing, a: int, b: int, weight: float) -> list[tuple[int, int]] | None:
+    """The moves that join a and b at the lowest objective, if it falls: one onto the other's
+    node (where it fits, or by a swap with one of that node's containers), or both onto the
+    powered node with room for both that prices lowest. The pair's own weight counts once when
+    both move (each move alone leaves it split)."""
+    inst = pack.inst
+    options: list[tuple[float, list[tuple[int, int]]]] = []
+    for c, t in ((a, int(pack.assign[b])), (b, int(pack.assign[a]))):
+        target = np.array([t])
+        if pack.fits(c, target)[0]:
+            options.append((float(pack.move_delta(c, target)[0]), [(c, t)]))
+        else:
+            options += _swaps(pack, c, t, partner=b if c == a else a)
+    both = np.flatnonzero(pack.on & inst.allowed(a) & inst.allowed(b) & inst.fits(
+        pack.load + inst.cpu[a] + inst.cpu[b], pack.mem + inst.mem[a] + inst.mem[b]))
+    both = both[(both != pack.assign[a]) & (both != pack.assign[b])]
+    if len(both):
+        third = int(both[int(np.argmin(pack.move_delta(a, both) + pack.move_delta(b, both) - weight))])
+        options.append(_price(pack, [(a, third), (b, third)]))
+    best = min(options, key=lambda o: o[0], default=None)
+    return best[1] if best is not None and best[0] < -1e-9 else None
+
+
+#: containers of the partner's node a join tries to swap out (the cheapest to move that fit)
+SWAP_TRIES = 3
+
+
+def _swaps(pack: Packing, c: int, t: int, partner: int) -> list[tuple[float, list[tuple[int, int]]]]:
+    """c onto node t, which has no room for it, in exchange for one of t's containers (not its
+    partner) that then goes to c's node: both nodes stay within their caps."""
+    inst = pack.inst
+    s = int(pack.assign[c])
+    xs = np.array([x for x in pack.members[t] if x != partner and inst.allowed(x)[s]], dtype=np.int64)
+    if len(xs) == 0 or not inst.allowed(c)[t]:
+        return []
+    ok = (inst.fits(pack.load[t] - inst.cpu[xs] + inst.cpu[c], pack.mem[t] - inst.mem[xs] + inst.mem[c], t)
+          & inst.fits(pack.load[s] + inst.cpu[xs] - inst.cpu[c], pack.mem[s] + inst.mem[xs] - inst.mem[c], s))
+    xs = xs[ok]
+    return [_price(pack, [(int(x), s), (c, t)]) for x in xs[np.argsort(inst.mig_cost[xs], kind="stable")][:SWAP_TRIES]]
+
+
+def _price(pack: Packing, moves: list[tuple[int, int]]) -> tuple[float, list[tuple[int, int]]]:
+    """The objective change of `moves` made in order (each priced after the ones before), and
+    the moves; `pack` is left as it was."""
+    homes = [(c, int(pack.assign[c])) for c, _ in moves]
+    total = 0.0
+    for c, t in moves:
+        total += float(pack.move_delta(c, np.array([t]))[0])
+        pack.move(c, t)
+    for c, home in reversed(homes):
+        pack.move(c, home)
+    return total, moves
+
+
+def start(pack: Packing, deadline: float = math.inf) -> None:
+    """The search's starting point: repair, join, consolidate, untangle, join. Repair is not
+    held to the migration budget (the cap comes first); what it spends counts against it. Pairs
+    are joined before draining, while nodes still have room (a drain then prices the pairs it
+    would split), and once more after, for what the drains made possible; joining stops at
+    `deadline`."""
     repair(pack)
     if pack.migration_limit is not None:
         pack.migration_limit = max(pack.migration_limit, pack.migrations())
+    join(pack, deadline)
     consolidate(pack)
     untangle(pack)
+    join(pack, deadline)

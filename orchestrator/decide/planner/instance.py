@@ -13,6 +13,7 @@ import numpy as np
 
 from ...domain import capacity
 from ...domain.model import ContainerClass
+from .graph import TrafficGraph
 from .problem import PlacementProblem
 
 #: Guards divisions by a zero capacity or size and merges float-equal points; not a capacity
@@ -43,6 +44,7 @@ class Instance:
     devil: np.ndarray  # bool
     group: np.ndarray  # int group id, -1 for none
     eligible: dict[int, np.ndarray]  # container -> bool mask over nodes (restricted ones only)
+    graph: TrafficGraph  # who talks to whom, and what a split pair costs
     #: most migrations / power-offs the answer may hold (None: no limit; Allowance)
     max_migrations: int | None = None
     max_power_offs: int | None = None
@@ -111,6 +113,8 @@ class Instance:
                 dtype=np.int64,
             ),
             eligible=eligible,
+            graph=TrafficGraph.build(problem.traffic, {c.name: i for i, c in enumerate(conts)},
+                                     w.traffic_w_per_mbps, len(conts)),
             max_migrations=allow.migrations,
             max_power_offs=allow.power_offs,
         )
@@ -130,6 +134,8 @@ class Instance:
 
     def power(self, nodes: np.ndarray, load: np.ndarray) -> np.ndarray:
         """Watts of `nodes` (1-d index array) at CPU `load` (absolute), as PowerCurve.at does."""
+        if len(nodes) == 1:  # a move priced on one node: numpy's per-call overhead would be most of it
+            return np.array([self.power1(int(nodes[0]), float(load[0]))])
         u = np.clip(load / self.cpus[nodes], 0.0, 1.0) * 10.0
         i = np.minimum(u.astype(np.int64), 9)
         w = self.watts[nodes]

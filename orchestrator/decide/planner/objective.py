@@ -13,15 +13,17 @@ from dataclasses import dataclass
 
 from ...domain.capacity import node_capacity, within
 from ...domain.model import ContainerClass
+from .graph import MB
 from .problem import PlacementProblem
 
 
 @dataclass(frozen=True)
 class Objective:
-    """The five terms of the objective, each in watts; `total` is what policies minimise.
+    """The six terms of the objective, each in watts; `total` is what policies minimise.
 
     `standby_w` is the idle power of the powered nodes counted for the epochs beyond this one
-    that switching them off would also save (`Weights.off_epochs` - 1).
+    that switching them off would also save (`Weights.off_epochs` - 1); `traffic_w` the forecast
+    traffic between containers on different nodes, priced by `Weights.traffic_w_per_mbps`.
     """
 
     power_w: float
@@ -29,21 +31,29 @@ class Objective:
     contention_w: float
     affinity_w: float
     standby_w: float = 0.0
+    traffic_w: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.power_w + self.migration_w + self.contention_w + self.affinity_w + self.standby_w
+        return (self.power_w + self.migration_w + self.contention_w + self.affinity_w + self.standby_w
+                + self.traffic_w)
+
+    @property
+    def energy_w(self) -> float:
+        """Everything but the traffic term: what the plan costs in power and migrations."""
+        return self.total - self.traffic_w
 
 
 def evaluate(
     problem: PlacementProblem, assignment: Mapping[str, str], powered: frozenset[str]
 ) -> Objective:
-    """Score a placement: curve power of powered nodes, moves, devil pairs, group spread.
+    """Score a placement: curve power of powered nodes, moves, devil pairs, group spread, traffic.
 
     Power is each powered node's curve at its load (idle included; `standby_w` adds the idle
     power of the further epochs); a container whose node differs from the snapshot's costs
     `Weights.migration_cost`; every pair of devils sharing a node costs `contention_w`; every
-    node a group spans beyond its first costs `affinity_w`.
+    node a group spans beyond its first costs `affinity_w`; every pair of `problem.traffic` on two
+    nodes costs its forecast MB/s x `traffic_w_per_mbps`.
     """
     w = problem.weights
     load: dict[str, float] = defaultdict(float)
@@ -64,7 +74,9 @@ def evaluate(
     standby = (w.off_epochs - 1.0) * sum(spec.power.idle_w for spec in on)
     pairs = sum(k * (k - 1) // 2 for k in devils.values())
     extra_nodes = sum(len(nodes) - 1 for nodes in spans.values())
-    return Objective(power, migration, w.contention_w * pairs, w.affinity_w * extra_nodes, standby)
+    traffic = sum(rate / MB * w.traffic_w_per_mbps for (a, b), rate in problem.traffic.items()
+                  if rate > 0 and a != b and a in assignment and b in assignment and assignment[a] != assignment[b])
+    return Objective(power, migration, w.contention_w * pairs, w.affinity_w * extra_nodes, standby, traffic)
 
 
 def violations(

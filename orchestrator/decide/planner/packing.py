@@ -18,6 +18,9 @@ from .instance import Instance
 from .objective import evaluate
 from .problem import Placement
 
+#: up to this many targets a move's traffic is priced target by target, beyond in one bincount
+FEW = 8
+
 
 class Packing:
     """Where each container is (node index) and which nodes are on; totals kept in step."""
@@ -136,12 +139,19 @@ class Packing:
             counter = self.groups[g]
             present = np.isin(targets, np.fromiter(counter.keys(), dtype=np.int64))
             delta += w.affinity_w * (~present) - (w.affinity_w if counter[s] == 1 else 0.0)
+        nbr, eid = inst.graph.around(c)
+        if len(nbr):  # its pairs on s become split, those on a target joined
+            where, weight = self.assign[nbr], inst.graph.w[eid]
+            on = (np.array([weight[where == t].sum() for t in targets.tolist()]) if len(targets) <= FEW
+                  else np.bincount(where, weight, minlength=inst.n_nodes)[targets])
+            delta += weight[where == s].sum() - on
         delta[targets == s] = 0.0
         return delta
 
     def local_objective(self, nodes: list[int], containers: list[int]) -> float:
         """The objective terms that nodes and containers can change (see objective.evaluate):
-        power and devil pairs of `nodes`, moves of `containers`, spans of their groups."""
+        power and devil pairs of `nodes`, moves of `containers`, spans of their groups, and the
+        traffic of their pairs."""
         inst, w = self.inst, self.inst.problem.weights
         total = sum(inst.power1(n, self.load[n]) for n in nodes if self.on[n])
         k = self.devils[nodes]
@@ -150,6 +160,10 @@ class Packing:
         total += float(inst.mig_cost[cs][self.assign[cs] != inst.orig[cs]].sum())
         groups = {int(g) for g in inst.group[cs] if g >= 0}
         total += w.affinity_w * sum(len(self.groups[g]) - 1 for g in groups)
+        graph = inst.graph
+        if graph.edges:
+            e = graph.touching(cs)
+            total += float(graph.w[e][self.assign[graph.a[e]] != self.assign[graph.b[e]]].sum())
         return total
 
     def mapping(self) -> tuple[dict[str, str], frozenset[str]]:

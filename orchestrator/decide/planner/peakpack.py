@@ -46,7 +46,7 @@ class Peakpack:
             pack, outcome = solve_in_pods(single, self.pod_nodes, opts, inst, deadline, bound)
         else:
             pack = current.copy()
-            start(pack)
+            start(pack, deadline)
             outcome = improve(pack, deadline, opts, problem.seed, bound)
         status = (
             "INFEASIBLE"

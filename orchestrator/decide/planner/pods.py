@@ -2,7 +2,9 @@
 
 1. Partition the nodes into pods of about `Peakpack.pod_nodes`, dealing each node type (and
    powered / off, busy / idle) round-robin so every pod is a small copy of the cluster; each
-   container belongs to the pod of the node it runs on.
+   container belongs to the pod of the node it runs on. With a traffic graph the container graph
+   is cut first, pMACH's way: nodes joined by heavy traffic form clumps (at most an eighth of a
+   pod), and a clump is dealt whole, so its pairs are solved together.
 2. Solve the pods in parallel with `concurrent.futures.ProcessPoolExecutor` (forkserver: safe
    in a threaded caller, like the controller's scheduler), each with the ordinary single-pod
    planner and a share of the time limit.
@@ -22,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...domain.model import ClusterSnapshot, Inventory
-from .heuristic import consolidate, repair, untangle
+from .heuristic import consolidate, join, repair, untangle
 from .instance import Instance
 from .packing import Packing
 from .problem import PlacementProblem, Policy
@@ -35,12 +37,49 @@ REFINE_SHARE = 0.15
 
 
 def partition(inst: Instance, pod_nodes: int) -> list[np.ndarray]:
-    """Usable node indices dealt into pods that each look like the whole cluster."""
+    """Usable node indices dealt into pods that each look like the whole cluster; nodes joined
+    by heavy traffic (`clumps`) go to one pod."""
     nodes = np.flatnonzero(inst.usable)
     count = max(1, -(-len(nodes) // pod_nodes))
     load = np.bincount(inst.orig, inst.cpu, minlength=inst.n_nodes)[nodes]
     order = nodes[np.lexsort((nodes, -load, ~inst.initially_on[nodes], inst.node_type[nodes]))]
-    return [np.sort(order[i::count]) for i in range(count)]
+    if not inst.graph.edges:
+        return [np.sort(order[i::count]) for i in range(count)]
+    pods: list[list[int]] = [[] for _ in range(count)]
+    for clump in clumps(inst, order, max(2, pod_nodes // 8)):  # the largest first, then in `order`
+        min(pods, key=len).extend(clump)
+    return [np.sort(np.array(p, dtype=np.int64)) for p in pods]
+
+
+def clumps(inst: Instance, order: np.ndarray, most: int) -> list[list[int]]:
+    """Nodes joined by the traffic between the containers on them, heaviest node pairs first
+    (union-find), a clump never above `most` nodes; the largest clumps first, each listed and
+    then ordered by its first node's place in `order`."""
+    graph = inst.graph
+    na, nb = inst.orig[graph.a], inst.orig[graph.b]
+    usable = inst.usable[na] & inst.usable[nb] & (na != nb)
+    lo, hi = np.minimum(na, nb)[usable], np.maximum(na, nb)[usable]
+    keys, weight = np.unique(lo * inst.n_nodes + hi, return_inverse=True)
+    between = np.bincount(weight, graph.w[usable], minlength=len(keys))
+    parent = {int(n): int(n) for n in order}
+    size = dict.fromkeys(parent, 1)
+
+    def root(n: int) -> int:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for k in np.argsort(-between, kind="stable").tolist():
+        x, y = root(int(keys[k] // inst.n_nodes)), root(int(keys[k] % inst.n_nodes))
+        if x != y and size[x] + size[y] <= most:
+            parent[y] = x
+            size[x] += size[y]
+    rank = {int(n): i for i, n in enumerate(order)}
+    groups: dict[int, list[int]] = {}
+    for n in order.tolist():
+        groups.setdefault(root(n), []).append(n)
+    return sorted(groups.values(), key=lambda g: (-len(g), rank[g[0]]))
 
 
 def subproblem(
@@ -54,6 +93,8 @@ def subproblem(
     eligible = {
         c.name: problem.eligible[c.name] & names for c in containers if c.name in problem.eligible
     }
+    inside = {c.name for c in containers}
+    traffic = {e: rate for e, rate in problem.traffic.items() if e[0] in inside and e[1] in inside}
     return replace(
         problem,
         inventory=Inventory(
@@ -65,6 +106,7 @@ def subproblem(
         eligible=eligible,
         time_limit_s=time_limit_s,
         cap=problem.cpu_cap,
+        traffic=traffic,
     )
 
 
@@ -102,6 +144,7 @@ def solve_in_pods(
     repair(pack)
     consolidate(pack, candidates=_least_utilised(pack, pods))
     untangle(pack)
+    join(pack, deadline)
     return pack, improve(pack, deadline, search, problem.seed, bound)
 
 

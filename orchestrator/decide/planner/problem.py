@@ -33,13 +33,18 @@ class Weights:
     #: epochs a node switched off is expected to stay off: its idle draw is saved in each, so a
     #: powered node's idle power counts this many times (1: only the epoch planned)
     off_epochs: float = 1.0
+    #: per MB/s of forecast traffic between two containers on different nodes: its energy over
+    #: the horizon it is charged for, spread over one epoch like a migration's
+    traffic_w_per_mbps: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: PlannerSettings, epoch_seconds: float) -> Weights:
-        """The settings' energies spread over one epoch (J / s = W)."""
+        """The settings' energies spread over one epoch (J / s = W). Traffic: 1 MB/s over the
+        horizon is `horizon` MB, at `traffic_j_per_gb` / 1000 J per MB, over one epoch."""
         return cls(migration_w=settings.migration_j / epoch_seconds,
                    migration_w_per_gb=settings.migration_j_per_gb / epoch_seconds,
-                   off_epochs=settings.off_epochs)
+                   off_epochs=settings.off_epochs,
+                   traffic_w_per_mbps=settings.traffic_j_per_gb / 1000 * settings.traffic_horizon_s() / epoch_seconds)
 
     def migration_cost(self, memory_mb: float) -> float:
         return self.migration_w + self.migration_w_per_gb * memory_mb / 1024.0
@@ -66,6 +71,9 @@ class PlacementProblem:
     pinned: Mapping[str, str] = field(default_factory=dict)
     #: nodes the rules keep in their power state this epoch (not power-managed here) -> why
     keep_power: Mapping[str, str] = field(default_factory=dict)
+    #: forecast bytes per second between two containers (both directions), by unordered pair of
+    #: names (`decide.traffic.edge`); each pair on two nodes costs `Weights.traffic_w_per_mbps`
+    traffic: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def cpu_cap(self) -> float:

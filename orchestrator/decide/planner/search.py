@@ -2,7 +2,8 @@
 
 Large-neighbourhood search: pick a handful of nodes (one to drain and some with room; an
 efficient node that is off with the least efficient ones that are on; nodes where devils share
-or a group is split; or random ones), let CP-SAT re-place their containers exactly, and keep the
+or a group is split; the two nodes of a split pair of talking containers, drawn by weight; or
+random ones), let CP-SAT re-place their containers exactly, and keep the
 answer only if the true objective (`Packing.local_objective`, i.e. `objective.evaluate`'s terms)
 falls. The whole model stops once CP-SAT proves its answer within `target_gap` of the optimum;
 LNS stops at the time limit, when within `target_gap` of the lower bound, or after
@@ -169,6 +170,8 @@ class Neighbourhoods:
 
     def next(self) -> list[int]:
         strategies = (self.drain, self.efficiency, self.conflict, self.drain, self.random)
+        if self.pack.inst.graph.edges:
+            strategies = (*strategies[:3], self.traffic, *strategies[3:])
         for _ in range(len(strategies)):
             chosen = strategies[self.turn % len(strategies)]()
             self.turn += 1
@@ -241,6 +244,17 @@ class Neighbourhoods:
             nodes = [n for n in pack.groups[self.rng.choice(split)] if not self.frozen[n]]
             return nodes[: self.opts.neighbourhood_nodes]
         return []
+
+    def traffic(self) -> list[int]:
+        """The nodes of a split pair, drawn in proportion to its weight: CP-SAT may join it on
+        either node, or both on a node with room (added by `fill`)."""
+        pack, graph = self.pack, self.pack.inst.graph
+        split = np.flatnonzero(pack.assign[graph.a] != pack.assign[graph.b])
+        if len(split) == 0:
+            return []
+        cum = np.cumsum(graph.w[split])
+        k = split[min(int(np.searchsorted(cum, self.rng.random() * cum[-1])), len(split) - 1)]
+        return [n for n in (int(pack.assign[graph.a[k]]), int(pack.assign[graph.b[k]])) if not self.frozen[n]]
 
     def random(self) -> list[int]:
         active = self.active().tolist()

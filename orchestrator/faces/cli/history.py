@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Optional
 
@@ -21,11 +22,24 @@ class HistoryKind(StrEnum):
     POWER = "power"
     ENERGY = "energy"
     DEMAND = "demand"
+    TRAFFIC = "traffic"
+    SAVINGS = "savings"
 
 
 class GroupBy(StrEnum):
     NODE = "node"
     CONTAINER = "container"
+    DAY = "day"
+    PLAN = "plan"
+
+
+#: which `--by` each kind of history takes (the first: its default)
+GROUPINGS = {HistoryKind.ENERGY: (None, GroupBy.NODE, GroupBy.CONTAINER),
+             HistoryKind.SAVINGS: ("total", GroupBy.DAY, GroupBy.PLAN)}
+
+
+def rate(value: Any) -> str:
+    return "" if value is None else f"{size_bytes(value)}/s"
 
 
 #: What a person wants to see per kind of history, most important first (priority 0 always
@@ -102,6 +116,27 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("forecast", "forecast", lambda v: "" if v is None else f"{v:.3f}", justify="right", priority=0),
         Column("plan", "plan_id", justify="right", priority=2),
     ),
+    "traffic": (
+        Column("client", "client", priority=0),
+        Column("server", "server", priority=0),
+        Column("from", "client_node", priority=2),
+        Column("to", "server_node", priority=2),
+        Column("bytes", "bytes", size_bytes, justify="right", priority=0),
+        Column("rate", "rate_bps", rate, justify="right", priority=0),
+        Column("sent", "c2s_bytes", size_bytes, justify="right", priority=3),
+        Column("answered", "s2c_bytes", size_bytes, justify="right", priority=3),
+        Column("flows", "flows", count, justify="right", priority=2),
+        Column("how", "how", priority=4),
+    ),
+    "savings": (
+        Column("period", "period", priority=0),
+        Column("source", "source", priority=0),
+        Column("saved", "saved_j", joules, justify="right", priority=0),
+        Column("spent", "spent_j", joules, justify="right", priority=1),
+        Column("net", "net_j", joules, justify="right", priority=0),
+        Column("not measured", "unmeasured_costs", count, justify="right", priority=2),
+        Column("model", "model_spent_j", joules, justify="right", priority=3),
+    ),
 }
 
 
@@ -115,25 +150,43 @@ def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> Non
 def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
     since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
-    by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
+    by: Annotated[Optional[GroupBy], typer.Option(
+        help="Energy per node or per container; savings per day or per plan (default: in total).")] = None,
     container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Show stored plans, actions, migrations, power events, energy or container demand (CPU
-    cores from cgroup counters, and the forecast the next plan was given)."""
+    """Show stored plans, actions, migrations, power events, energy, container demand (CPU cores
+    from cgroup counters, and the forecast the next plan was given), traffic between containers
+    (conntrack byte counters) or the energy saved (measured counters only)."""
     start = since_time(since)
-    if by is not None and kind is not HistoryKind.ENERGY:
-        raise PeakpackError("--by: only `history energy` can be grouped by node or container")
+    if by is not None and by not in GROUPINGS.get(kind, ()):
+        raise PeakpackError("--by: `history energy` groups by node or container, `history savings` by day or plan")
     if container is not None and kind is not HistoryKind.DEMAND:
         raise PeakpackError("--container: only `history demand` is per container")
     with open_store(db) as store:
         rows = history_rows(store, kind, start, by, container)
+        notes = history_notes(store, kind, start)
     if json_out:
         sys.stdout.write(json.dumps(rows) + "\n")
     else:
         print_rows(kind.value, rows, wide)
+        for line in notes:
+            out.print(line, markup=False, highlight=False)
+
+
+def history_notes(store: Any, kind: HistoryKind, since: Any) -> list[str]:
+    """What a table of traffic or savings leaves out: nodes not measured, and the savings'
+    headline (measured and modelled figures named apart)."""
+    if kind is HistoryKind.TRAFFIC:
+        return sorted({r.note for r in store.traffic.reads(since) if r.note})
+    if kind is HistoryKind.SAVINGS:
+        from ...domain.savings import headline, ledger  # lazy: start-up speed
+
+        book = ledger(store.savings.history(since), datetime.now(UTC), since)
+        return [headline(book), *book.not_measured]
+    return []
 
 
 def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
@@ -161,6 +214,14 @@ def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
 
 def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
                  container: str | None = None) -> list[dict[str, Any]]:
+    if kind is HistoryKind.TRAFFIC:
+        from ...decide.traffic import pair_totals  # lazy: start-up speed (each command loads only what it uses)
+
+        return [t.to_json() for t in pair_totals(store.traffic.pairs(since), store.traffic.reads(since))]
+    if kind is HistoryKind.SAVINGS:
+        from ...domain.savings import ledger  # lazy: start-up speed (each command loads only what it uses)
+
+        return ledger(store.savings.history(since), datetime.now(UTC), since).rows(by.value if by else "total")
     if kind is HistoryKind.DEMAND:
         from ...decide.demand import with_forecasts  # lazy: start-up speed (each command loads only what it uses)
 

@@ -95,7 +95,7 @@ def serve(
             from ..wiring import live_observer, live_services  # lazy: start-up speed
 
             if dry_run:
-                observer = live_observer(inv, store)
+                observer = live_observer(inv, store, err)
             else:
                 services = live_services(inv, store, console=err)
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer)

@@ -16,6 +16,7 @@ from peakpack.db.store import Store
 from ...domain.capacity import node_capacity
 from ...domain.model import Inventory
 from ...domain.records import EnergyRow
+from ...domain.savings import headline, ledger
 from ...domain.states import PlanStatus
 
 
@@ -40,8 +41,10 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
             if a.plan_id in actions:
                 actions[a.plan_id].append(a.to_json())
     snapshot = store.plans.snapshot(plans[-1].plan_id) if plans else None
+    savings = ledger(store.savings.history(), now)
     return {
         "generated_at": now.isoformat(),
+        "savings": {"headline": headline(savings), "by_source": savings.rows("total")},
         "since_hours": view.since.total_seconds() / 3600,
         "nodes": node_rows(snapshot, inventory, migrations, power, node_energy),
         "plans": [{**p.to_json(), "actions_list": actions[p.plan_id],

@@ -51,6 +51,7 @@ async function refresh() {
     if (!editing()) {
       document.getElementById("tables").innerHTML = await (await fetch("/tables", { cache: "no-store" })).text();
     }
+    document.getElementById("savings").textContent = state.savings.headline;
     const stamp = document.getElementById("refreshed");
     stamp.dataset.generated = state.generated_at;
     stamp.textContent = "Refreshed " + state.generated_at.slice(0, 19).replace("T", " ") + " UTC.";

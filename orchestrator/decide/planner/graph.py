@@ -1,0 +1,70 @@
+"""The container graph as the objective prices it: an edge per pair of containers that talk,
+weighted with what it costs (W) while its two ends are on different nodes.
+
+Built once per Instance from `PlacementProblem.traffic` (forecast bytes per second) and
+`Weights.traffic_w_per_mbps`; stored both as an edge list (the cut of a placement is one numpy
+expression) and as adjacency in CSR form (a move's traffic price is O(degree)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class TrafficGraph:
+    a: np.ndarray  # int (E,): one end of each edge (container index), a < b
+    b: np.ndarray  # int (E,): the other
+    w: np.ndarray  # float (E,): W the edge costs while its ends are on different nodes
+    rate: np.ndarray  # float (E,): its forecast bytes per second (for explanations)
+    ptr: np.ndarray  # int (C+1,): CSR row pointers over both directions
+    nbr: np.ndarray  # int (2E,): the neighbour at the other end
+    eid: np.ndarray  # int (2E,): which edge
+
+    @classmethod
+    def build(cls, traffic: Mapping[tuple[str, str], float], index: Mapping[str, int], w_per_mbps: float,
+              containers: int) -> TrafficGraph:
+        """Edges between known containers with a positive weight (none when the weight is 0)."""
+        pairs = sorted((index[x], index[y], rate) for (x, y), rate in traffic.items()
+                       if x in index and y in index and x != y and rate > 0 and w_per_mbps > 0)
+        a = np.array([min(p[0], p[1]) for p in pairs], dtype=np.int64)
+        b = np.array([max(p[0], p[1]) for p in pairs], dtype=np.int64)
+        rate = np.array([p[2] for p in pairs], dtype=float)
+        ends = np.concatenate([a, b])
+        order = np.argsort(ends, kind="stable")
+        eid = np.concatenate([np.arange(len(a)), np.arange(len(a))])[order]
+        nbr = np.concatenate([b, a])[order]
+        ptr = np.zeros(containers + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ends, minlength=containers), out=ptr[1:])
+        return cls(a, b, rate / MB * w_per_mbps, rate, ptr, nbr, eid)
+
+    @property
+    def edges(self) -> int:
+        return len(self.a)
+
+    @cached_property
+    def incident(self) -> np.ndarray:
+        """W of each container's pairs: the most that moving it can save in traffic."""
+        n = len(self.ptr) - 1
+        return np.bincount(self.a, self.w, minlength=n) + np.bincount(self.b, self.w, minlength=n)
+
+    def cut(self, assign: np.ndarray) -> float:
+        """W paid by a placement: the edges whose ends are on different nodes."""
+        return float(self.w[assign[self.a] != assign[self.b]].sum())
+
+    def around(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Container c's neighbours and the edges to them."""
+        s, e = self.ptr[c], self.ptr[c + 1]
+        return self.nbr[s:e], self.eid[s:e]
+
+    def touching(self, containers: np.ndarray) -> np.ndarray:
+        """Indices of the edges with at least one end in `containers`, each once."""
+        if self.edges == 0 or len(containers) == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([self.around(int(c))[1] for c in containers]))
