@@ -165,6 +165,28 @@ class Instance:
         mask = self.eligible.get(c)
         return self.usable if mask is None else self.usable & mask
 
+    def allowed_at(self, cs: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Whether each container cs[i] may run on nodes[i] (`allowed`, row by row)."""
+        ok = self.usable[nodes].copy()
+        if self.eligible:
+            for i in np.flatnonzero(self.restricted[cs]).tolist():
+                ok[i] &= bool(self.eligible[int(cs[i])][nodes[i]])
+        return ok
+
+    @cached_property
+    def restricted(self) -> np.ndarray:
+        """Bool per container: eligible only on some nodes (a key of `eligible`)."""
+        mask = np.zeros(self.n_containers, dtype=bool)
+        mask[list(self.eligible)] = True
+        return mask
+
+    @cached_property
+    def least_slope(self) -> np.ndarray:
+        """Per node, the fewest watts one more unit of CPU load adds anywhere on its curve (0 if
+        the curve ever falls): adding x to a node within its cores costs at least x times this."""
+        slopes = np.diff(self.watts, axis=1) / (0.1 * np.maximum(self.cpus, TINY))[:, None]
+        return np.maximum(slopes.min(axis=1), 0.0) if self.n_nodes else np.zeros(0)
+
     @cached_property
     def efficiency_order(self) -> np.ndarray:
         """Usable nodes, most work per watt at the cap first (watts at the cap / capacity)."""
