@@ -103,19 +103,23 @@ def repair(pack: Packing) -> None:
             pack.move(c, woken)
 
 
-def try_drain(pack: Packing, s: int) -> bool:
+def try_drain(pack: Packing, s: int, bounds: PassBounds | None = None) -> bool:
     """Empty node s into the other powered nodes and switch it off, if that lowers the objective.
     Given up as soon as what the moves left could save at most cannot bring the total below 0
-    (`_least_left`, exact: it only spares pricing a drain that cannot pay)."""
+    (`_least_left`, exact: it only spares pricing a drain that cannot pay). A pair split by a move,
+    whose other end is still on s and no longer fits on the node the moved one went to, can never
+    join again in this drain (the targets' loads only grow): its weight is added back to that
+    bound. `bounds`: the traffic part of those bounds, computed for a whole pass of `consolidate`."""
     inst = pack.inst
     members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
-    moves, others = _least_left(pack, s, members)
+    moves, others, later = _least_left(pack, s, members, bounds)
     # Cheap refusal: the moves alone (their migrations, less the traffic they could join) would
     # cost more than everything s draws.
     if moves[0] >= inst.power1(s, pack.load[s]):
         return False
     total = -float(inst.watts[s, 0])  # idle power saved once s is empty and off
     done: list[int] = []
+    stuck, stuck_of = 0.0, {}  # pairs split for good so far (see below), and by the end still on s
     for k, c in enumerate(members):
         mask = pack.fits(c)
         mask[s] = False
@@ -126,11 +130,21 @@ def try_drain(pack: Packing, s: int) -> bool:
         total += choice[1]
         done.append(c)
         shed = inst.power1(s, pack.load[s]) - float(inst.watts[s, 0])  # what s still draws above idle
-        if total + moves[k + 1] + others[k + 1] - shed >= 0:
+        if later:  # c's pairs with containers still on s: those that cannot follow it to its node
+            stuck -= stuck_of.pop(k, 0.0)  # never join again, whatever `moves` allowed them
+            t = choice[0]
+            for j, weight in later.get(k, ()):
+                p = members[j]
+                if not (inst.allowed(p)[t] and inst.fits(pack.load[t] + inst.cpu[p], pack.mem[t] + inst.mem[p], t)):
+                    stuck += weight
+                    stuck_of[j] = stuck_of.get(j, 0.0) + weight
+        if total + moves[k + 1] + others[k + 1] - shed + stuck >= 0:
             break  # even the best rest of the drain would not pay
     if len(done) == len(members) and total < -1e-9:
         pack.on[s] = False
         if pack.within_budget():
+            if bounds is not None:
+                bounds.moved(pack, done)
             return True
         pack.on[s] = True
     for c in reversed(done):
@@ -138,24 +152,30 @@ def try_drain(pack: Packing, s: int) -> bool:
     return False
 
 
-def _least_left(pack: Packing, s: int, members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _least_left(pack: Packing, s: int, members: list[int], bounds: PassBounds | None = None
+                ) -> tuple[np.ndarray, np.ndarray, dict[int, list[tuple[int, float]]]]:
     """For each k, lower bounds on what moving members[k:] off s (in that order) changes in the
     objective besides the power s sheds: their migrations (paid, or got back for a container
     returning home) plus what their traffic pairs can change (`_traffic_least`); and what they
     could shed in devil pairs on s and group spans. A target's power only grows; with a traffic
-    graph, by at least `_power_floor` per unit of CPU it takes."""
+    graph, by at least `_power_floor` per unit of CPU it takes. Also, per member (by its place),
+    its pairs with members after it: (their place, weight)."""
     inst, w = pack.inst, pack.inst.problem.weights
     cs = np.array(members, dtype=np.int64)
     moves = np.where(inst.orig[cs] == s, inst.mig_cost[cs], -inst.mig_cost[cs])
+    later: dict[int, list[tuple[int, float]]] = {}
     if inst.graph.edges:  # (without pairs, the arithmetic is the graph-blind planner's, bit for bit)
-        moves = moves + _traffic_least(pack, s, cs) + _power_floor(pack, s) * inst.cpu[cs]
+        kept = bounds.get(s) if bounds is not None else None
+        least, later = kept if kept is not None else _traffic_least(pack, s, cs)
+        floor = bounds.floor if bounds is not None else _power_floor(pack, s)
+        moves = moves + least + floor * inst.cpu[cs]
     others = -(inst.devil[cs] * w.contention_w * max(int(pack.devils[s]) - 1, 0)
                + (inst.group[cs] >= 0) * w.affinity_w)
 
     def suffix(x: np.ndarray) -> np.ndarray:
         return np.concatenate([np.cumsum(x[::-1])[::-1], [0.0]])
 
-    return suffix(moves), suffix(others)
+    return suffix(moves), suffix(others), later
 
 
 def _power_floor(pack: Packing, s: int) -> float:
@@ -167,14 +187,15 @@ def _power_floor(pack: Packing, s: int) -> float:
     return float(inst.least_slope[on].min()) if inst.cap <= 1.0 and on.any() else 0.0
 
 
-def _traffic_least(pack: Packing, s: int, cs: np.ndarray) -> np.ndarray:
+def _traffic_least(pack: Packing, s: int, cs: np.ndarray) -> tuple[np.ndarray, dict[int, list[tuple[int, float]]]]:
     """For each container of node s, drained in the order of `cs`, the least its move changes in
     traffic (W) when it is made: a pair with a container moved after it splits (+ its weight; both
     ends are on s until then), a pair with one moved before it may join again (- its weight), and
     of its pairs outside s at most those on one powered node it fits on now join (it lands on one
     node; they stay put, and the other nodes' loads only grow until the drain ends).
     Summed over a suffix, the pairs inside it cancel: what is left is what the suffix may still
-    join of the pairs the moves before it split, and of the pairs outside s."""
+    join of the pairs the moves before it split, and of the pairs outside s. Also the pairs inside
+    s, by the place of their end drained first: (the other's place, weight)."""
     inst = pack.inst
     row, nbr, eid = inst.graph.gather(cs)
     weight, where = inst.graph.w[eid], pack.assign[nbr]
@@ -182,7 +203,11 @@ def _traffic_least(pack: Packing, s: int, cs: np.ndarray) -> np.ndarray:
     order = np.argsort(cs, kind="stable")
     rank = order[np.searchsorted(cs[order], nbr[inside])]  # the partner's place in the drain
     mine = row[inside]
-    least = np.bincount(mine, np.where(rank > mine, weight[inside], -weight[inside]), minlength=len(cs)).astype(float)
+    first = rank > mine
+    least = np.bincount(mine, np.where(first, weight[inside], -weight[inside]), minlength=len(cs)).astype(float)
+    later: dict[int, list[tuple[int, float]]] = {}
+    for j, p, x in zip(mine[first].tolist(), rank[first].tolist(), weight[inside][first].tolist()):
+        later.setdefault(j, []).append((p, x))
     out = ~inside
     if out.any():  # only nodes it may go to now: targets fill up during a drain, never empty
         out &= pack.fits_at(cs[row], where)
@@ -192,7 +217,60 @@ def _traffic_least(pack: Packing, s: int, cs: np.ndarray) -> np.ndarray:
         best = np.zeros(len(cs))
         np.maximum.at(best, keys // inst.n_nodes, per_node)
         least -= best
-    return least
+    return least, later
+
+
+class PassBounds:
+    """`_traffic_least` of every node of a consolidation pass, computed at once (numpy over all
+    their containers) and kept while it stays exact: until a drain that succeeds moves one of the
+    node's containers' partners or puts a container on it (the node is then priced as usual).
+    Drains that fail leave everything where it was; the only other change, targets filling up,
+    leaves it a valid bound. With the least `Instance.least_slope` of the powered nodes (powered
+    nodes only go off during a pass)."""
+
+    def __init__(self, pack: Packing, nodes: np.ndarray):
+        inst, graph = pack.inst, pack.inst.graph
+        self.floor = float(inst.least_slope[pack.on].min()) if inst.cap <= 1.0 and pack.on.any() else 0.0
+        self.stale = np.zeros(inst.n_nodes, dtype=bool)
+        on_nodes = np.zeros(inst.n_nodes, dtype=bool)
+        on_nodes[nodes] = True
+        cs = np.flatnonzero(on_nodes[pack.assign])
+        node = pack.assign[cs]
+        cs = cs[np.lexsort((cs, -inst.mem[cs], -inst.cpu[cs], node))]  # by node, then as try_drain drains
+        node = pack.assign[cs]
+        self.start = np.searchsorted(node, np.arange(inst.n_nodes + 1))
+        rank = np.empty(inst.n_containers, dtype=np.int64)
+        rank[cs] = np.arange(len(cs)) - self.start[node]  # place in its node's drain
+        row, nbr, eid = graph.gather(cs)
+        weight, where = graph.w[eid], pack.assign[nbr]
+        inside = where == node[row]
+        first = inside & (rank[nbr] > rank[cs[row]])
+        self.least = np.bincount(row[inside], np.where(first, weight, -weight)[inside], minlength=len(cs)).astype(float)
+        out = ~inside
+        out[out] = pack.fits_at(cs[row[out]], where[out])
+        if out.any():
+            keys, at = np.unique(row[out] * inst.n_nodes + where[out], return_inverse=True)
+            best = np.zeros(len(cs))
+            np.maximum.at(best, keys // inst.n_nodes, np.bincount(at, weight[out]))
+            self.least -= best
+        self.pair_row, self.pair_to, self.pair_w = row[first], rank[nbr[first]], weight[first]
+
+    def get(self, s: int) -> tuple[np.ndarray, dict[int, list[tuple[int, float]]]] | None:
+        """Node s's `_traffic_least`, or None if a drain since moved what it depends on."""
+        if self.stale[s]:
+            return None
+        lo, hi = self.start[s], self.start[s + 1]
+        a, b = np.searchsorted(self.pair_row, [lo, hi])
+        later: dict[int, list[tuple[int, float]]] = {}
+        for j, p, x in zip((self.pair_row[a:b] - lo).tolist(), self.pair_to[a:b].tolist(), self.pair_w[a:b].tolist()):
+            later.setdefault(j, []).append((p, x))
+        return self.least[lo:hi], later
+
+    def moved(self, pack: Packing, containers: list[int]) -> None:
+        """After a drain moved `containers`: their nodes, and those of their partners, change."""
+        cs = np.asarray(containers, dtype=np.int64)
+        self.stale[pack.assign[cs]] = True
+        self.stale[pack.assign[pack.inst.graph.gather(cs)[1]]] = True
 
 
 def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int = 3) -> int:
@@ -205,9 +283,10 @@ def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int
             mask &= candidates
         nodes = np.flatnonzero(mask)
         order = nodes[np.lexsort((nodes, pack.load[nodes] / inst.cpu_cap[nodes]))]
+        bounds = PassBounds(pack, order) if inst.graph.edges else None
         before = emptied
         for s in order:
-            if pack.on[s] and try_drain(pack, int(s)):
+            if pack.on[s] and try_drain(pack, int(s), bounds):
                 emptied += 1
         if emptied == before:
             break
@@ -332,13 +411,15 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
                 continue
             c1, t1, c2, t2 = (int(v[i]) for v in (offer.c1, offer.t1, offer.c2, offer.t2))
             movers = [(c1, t1), (c2, t2)] if c2 >= 0 else [(c1, t1)]
-            nodes = [int(pack.assign[a]), int(pack.assign[b]), t1, t2]
-            if touched[a] or touched[b] or touched[c1] or touched[c2] or touched_node[nodes].any():
+            nodes = [int(pack.assign[a]), int(pack.assign[b]), t1] + ([t2] if c2 >= 0 else [])
+            if touched[a] or touched[b] or touched[c1] or (c2 >= 0 and touched[c2]) or touched_node[nodes].any():
                 after = dict(movers)  # priced before a join it depends on: price it again now
                 if after.get(a, int(pack.assign[a])) != after.get(b, int(pack.assign[b])) or not _room(pack, movers):
                     later.append(k)
                     continue
                 if not (price := price_now(pack, movers)) < -1e-9:
+                    if touched[a] or touched[b]:
+                        later.append(k)
                     continue
             elif not price < -1e-9:
                 continue
