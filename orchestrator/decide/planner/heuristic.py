@@ -395,6 +395,7 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
     while len(pending):
         pending = pending[pack.assign[graph.a[pending]] != pack.assign[graph.b[pending]]]
         offer = join_offers(pack, graph.a[pending], graph.b[pending])
+        prices, c1s, t1s, c2s, t2s = (v.tolist() for v in (offer.price, offer.c1, offer.t1, offer.c2, offer.t2))
         touched_node = np.zeros(inst.n_nodes, dtype=bool)
         touched = np.zeros(inst.n_containers, dtype=bool)  # moved, or a partner of one moved
         later: list[int] = []
@@ -404,15 +405,16 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
             a, b = int(graph.a[k]), int(graph.b[k])
             if pack.assign[a] == pack.assign[b]:
                 continue
-            price = float(offer.price[i])
+            price = prices[i]
+            sa, sb = int(pack.assign[a]), int(pack.assign[b])
             if price == math.inf:
-                if touched[a] or touched[b] or touched_node[[pack.assign[a], pack.assign[b]]].any():
+                if touched[a] or touched[b] or touched_node[sa] or touched_node[sb]:
                     later.append(k)
                 continue
-            c1, t1, c2, t2 = (int(v[i]) for v in (offer.c1, offer.t1, offer.c2, offer.t2))
+            c1, t1, c2, t2 = c1s[i], t1s[i], c2s[i], t2s[i]
             movers = [(c1, t1), (c2, t2)] if c2 >= 0 else [(c1, t1)]
-            nodes = [int(pack.assign[a]), int(pack.assign[b]), t1] + ([t2] if c2 >= 0 else [])
-            if touched[a] or touched[b] or touched[c1] or (c2 >= 0 and touched[c2]) or touched_node[nodes].any():
+            if (touched[a] or touched[b] or touched[c1] or (c2 >= 0 and (touched[c2] or touched_node[t2]))
+                    or touched_node[sa] or touched_node[sb] or touched_node[t1]):
                 after = dict(movers)  # priced before a join it depends on: price it again now
                 if after.get(a, int(pack.assign[a])) != after.get(b, int(pack.assign[b])) or not _room(pack, movers):
                     later.append(k)
@@ -475,6 +477,10 @@ def price_now(pack: Packing, movers: list[tuple[int, int]]) -> float:
 def _room(pack: Packing, movers: list[tuple[int, int]]) -> bool:
     """Whether every node `movers` (container, target) add load to has room for what they add."""
     inst = pack.inst
+    if len(movers) == 1 or movers[0][1] == movers[1][1]:  # onto one node, from others
+        t = movers[0][1]
+        cpu, mem = sum(float(inst.cpu[c]) for c, _ in movers), sum(float(inst.mem[c]) for c, _ in movers)
+        return bool(inst.fits(pack.load[t] + cpu, pack.mem[t] + mem, t))
     change: dict[int, list[float]] = {}
     for c, t in movers:
         for n, sign in ((int(pack.assign[c]), -1.0), (t, 1.0)):
@@ -490,7 +496,7 @@ def _room(pack: Packing, movers: list[tuple[int, int]]) -> bool:
 SWAP_TRIES = 3
 SWAP_SCAN = 16
 #: powered nodes every pair of a round may join on, besides the nodes of its other partners
-THIRD_NODES = 16
+THIRD_NODES = 32
 
 
 @dataclass(frozen=True)
@@ -505,27 +511,32 @@ class Offers:
     t2: np.ndarray
 
 
-def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray) -> Offers:
+def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray | None = None) -> Offers:
     """For each pair (a[i], b[i]) on two nodes, the join that lowers the objective most, priced
-    exactly from the current placement, all pairs at once. The options: a onto b's node where it
-    fits, else a swap with one of that node's containers (not b; `_swap_rows`) going to a's
-    node; the same for b; or
-    both onto a powered node with room for the two, among the nodes of their other partners and
-    `_third_nodes` (the cheapest and the roomiest for this round). Ties go to the option listed
-    first."""
+    exactly from the current placement, all pairs at once, each as if alone (the same offers as
+    one pair at a time, given the same `shared`). The options: a onto b's node where it fits,
+    else a swap with one of that node's containers (not b; `_swap_rows`) going to a's node; the
+    same for b; both onto a powered node with room for the two: the nodes of their other
+    partners, and the one of `shared` (default: `_third_nodes` of these pairs) where the two add
+    the least power and migrations. Ties go to the option listed first."""
     inst, assign = pack.inst, pack.assign
     a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
     sa, sb = assign[a], assign[b]
     pairs = np.arange(len(a))
     parts: list[tuple[np.ndarray, ...]] = []
     none = np.full(len(a), -1, dtype=np.int64)
-    cheapest = np.lexsort((inst.mig_cost, assign))  # each node's containers, the cheapest to move first
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(assign, minlength=inst.n_nodes))])
+    on_ends = np.zeros(inst.n_nodes, dtype=bool)  # each node of a pair: its containers, the cheapest to move first
+    on_ends[sa] = on_ends[sb] = True
+    near = np.flatnonzero(on_ends[assign])
+    cheapest = near[np.lexsort((inst.mig_cost[near], assign[near]))]
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(assign[near], minlength=inst.n_nodes))])
     for c, d, s, t in ((a, b, sa, sb), (b, a, sb, sa)):
         fit = pack.fits_at(c, t)
         parts.append((pairs[fit], c[fit], t[fit], none[fit], none[fit]))
         parts.append(_swap_rows(pack, (cheapest, ptr), np.flatnonzero(~fit), c, d, s, t))
-    parts.append(_third_rows(pack, a, b, sa, sb))
+    if shared is None:
+        shared = _third_nodes(pack, inst.cpu[a] + inst.cpu[b], inst.mem[a] + inst.mem[b])
+    parts.append(_third_rows(pack, a, b, sa, sb, shared))
     pair, c1, t1, c2, t2 = (np.concatenate(col) for col in zip(*parts))
     best = Offers(np.full(len(a), np.inf), none.copy(), none.copy(), none.copy(), none.copy())
     if len(pair) == 0:
@@ -560,8 +571,8 @@ def _swap_rows(pack: Packing, members: tuple[np.ndarray, np.ndarray], which: np.
     return i[keep], x[keep], si[keep], ci[keep], ti[keep]
 
 
-def _third_rows(pack: Packing, a: np.ndarray, b: np.ndarray, sa: np.ndarray,
-                sb: np.ndarray) -> tuple[np.ndarray, ...]:
+def _third_rows(pack: Packing, a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray,
+                shared: np.ndarray) -> tuple[np.ndarray, ...]:
     """Both ends of each pair onto one other powered node with room for the two: the nodes of
     their other partners, and of `_third_nodes` the one where the two add the least power and
     migrations. Rows (pair, a, node, b, node)."""
@@ -570,7 +581,6 @@ def _third_rows(pack: Packing, a: np.ndarray, b: np.ndarray, sa: np.ndarray,
     rb, pb, _ = graph.gather(b)
     cpu, mem = inst.cpu[a] + inst.cpu[b], inst.mem[a] + inst.mem[b]
     keys = [np.concatenate([ra, rb]) * n + pack.assign[np.concatenate([pa, pb])]]
-    shared = _third_nodes(pack, cpu, mem)
     if len(shared):  # of those, the one that adds the least power and migrations, per pair
         load = pack.load[shared][None, :] + cpu[:, None]
         added = (inst.power(np.tile(shared, len(a)), load.ravel()).reshape(load.shape)
