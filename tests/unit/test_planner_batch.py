@@ -1,10 +1,11 @@
 """The planner's batch pricing (issue #21's speed-up) against one-at-a-time pricing and the
 objective itself, on random container graphs with devils and groups: moves priced many at once,
 join offers for many pairs at once, and the bounds that let a drain stop early (never refusing a
-drain that pays)."""
+drain that pays); and the graph-blind planner's plans, unchanged by all of it."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -16,6 +17,9 @@ from peakpack.orchestrator.decide.planner.heuristic import PassBounds, join, joi
 from peakpack.orchestrator.decide.planner.instance import Instance
 from peakpack.orchestrator.decide.planner.packing import Packing
 from peakpack.orchestrator.decide.planner.pods import clumps, deal
+from peakpack.orchestrator.decide.planner.problem import Weights
+from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.domain.settings import PlannerSettings
 from tests.support.synthetic import random_problem, tiered_traffic
 
 
@@ -167,3 +171,24 @@ def test_pods_carry_the_same_load_and_keep_clumps_whole() -> None:
     held = [int(np.isin(inst.orig, p).sum()) for p in pods]
     per_node = np.bincount(inst.orig, minlength=inst.n_nodes)
     assert max(held) - min(held) <= max(per_node[g].sum() for g in groups)
+
+
+#: digests of the plans the graph-blind planner made before issue #21's speed-up (main at
+#: 9c734f6), for (containers, nodes, seed, mix): each solved by LNS, repeatable for a seed
+BLIND_PLANS = {
+    (400, 60, 3, "mixed"): "a2c3d615b1141521",
+    (600, 80, 5, "power"): "06c121e965d58be9",
+    (1000, 100, 1, "power"): "e5783df74facbe77",
+}
+
+
+@pytest.mark.parametrize("case", list(BLIND_PLANS))
+def test_graph_blind_plans_are_unchanged(case: tuple[int, int, int, str]) -> None:
+    containers, nodes, seed, mix = case
+    shares = {"devil_share": 0.0, "group_share": 0.0} if mix == "power" else {}
+    problem = random_problem(containers, nodes, seed, time_limit_s=120.0, **shares)
+    weights = replace(Weights.from_settings(PlannerSettings(), 600.0), traffic_w_per_mbps=0.0)
+    problem = replace(problem, traffic=tiered_traffic(problem.snapshot.containers, seed), weights=weights)
+    plan = get_policy("peakpack").solve(problem)
+    text = "\n".join(f"{c}={n}" for c, n in sorted(plan.assignment.items())) + "\n" + ",".join(sorted(plan.powered))
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == BLIND_PLANS[case]
