@@ -7,7 +7,8 @@ random ones), let CP-SAT re-place their containers exactly, and keep the
 answer only if the true objective (`Packing.local_objective`, i.e. `objective.evaluate`'s terms)
 falls. The whole model stops once CP-SAT proves its answer within `target_gap` of the optimum;
 LNS stops at the time limit, when within `target_gap` of the lower bound, or after
-`patience` neighbourhoods in a row without a gain worth `min_gain` of the objective. Sub-solves
+`patience` neighbourhoods in a row without a gain worth `min_gain` of the objective; with a
+container graph it does not start on a placement that is `settled`. Sub-solves
 are bounded by CP-SAT's deterministic time, so a run is repeatable for a given seed unless the
 wall-clock limit binds.
 """
@@ -322,7 +323,7 @@ def settled(inst: Instance, scored: Objective, gap: float) -> bool:
     contention and group spread are within `gap` of their bound. LNS otherwise stops there
     only on `patience`, as the bound leaves out the traffic a placement must cut; what is left
     beyond it is the trade of moves for traffic that `heuristic.join` priced pair by pair, where
-    LNS gained at most 0.05% of the objective (synthetic clusters of 200-10,000 containers,
+    LNS gained at most 0.08% of the objective (synthetic clusters of 200-10,000 containers,
     docs/planner.md "Container graphs")."""
     placed = scored.total - scored.migration_w - scored.traffic_w
     return placed <= power_contention_bound(inst) * (1 + gap)
