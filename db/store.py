@@ -19,9 +19,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from peakpack.orchestrator.domain.errors import StoreError
+from peakpack.orchestrator.domain.inputs import one_line
 
 from .base import Database, Repo
 from .connect import default_url, engine_for, upgrade
@@ -73,9 +74,9 @@ class Store:
         engine = engine_for(url or default_url())
         try:
             upgrade(engine)
-        except OperationalError as exc:
+        except DBAPIError as exc:  # unreachable, refused, not a database, not ours
             engine.dispose()
-            raise StoreError(f"--db: cannot open {engine.url!r}: {exc.orig}") from None
+            raise StoreError(f"--db: cannot open {engine.url!r}: {one_line(' '.join(str(exc.orig).split()))}") from None
         return cls(engine)
 
     def close(self) -> None:

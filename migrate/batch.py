@@ -92,13 +92,19 @@ async def execute_migrations(
 
 
 async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal,
-                               bmc_power: PowerProbe | None = None) -> list[str]:
+                               bmc_power: PowerProbe | None = None,
+                               stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. One that fails to settle for any reason (a docker or database error, a
     bug) stays IN_DOUBT with the reason, journaled, and the others are still settled; only a
-    fenced write stops it all (another controller leads). Returns one line per migration."""
+    fenced write stops it all (another controller leads). Once `stop_requested()` nothing more is
+    settled (the one in progress ends). Returns one line per migration."""
     lines = []
     for m in store.migrations.unfinished():
+        if stop_requested():
+            lines.append(f"migration {m.id} ({m.container} {m.source} -> {m.target}): left {m.state.value}: "
+                         "stopping; the next reconciliation settles it")
+            continue
         try:
             state, reason = await _reconcile(ssh, engines, store, m, bmc_power)
         except FencedError:

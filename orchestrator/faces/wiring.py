@@ -98,10 +98,13 @@ class LiveOps:
         return self.shell.run(node, ["docker", "ps", "-q"], timeout=30).stdout.strip() == ""
 
 
-def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[str]:
+def reconcile(inventory: Inventory, store: Store, shell: RemoteShell,
+              stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Repair what a crash left ONGOING by looking at the nodes, never assuming success: the
-    migrations first, then the power events, then the plan actions they belonged to."""
-    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory)))
+    migrations first, then the power events, then the plan actions they belonged to. Once
+    `stop_requested()` no further migration is settled (the one in progress ends)."""
+    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory),
+                                            stop_requested=stop_requested))
     lines += reconcile_power_events(store.power, inventory)
     lines += finish_unfinished_actions(store, lambda node: bmc_is_on(inventory, node))
     return lines

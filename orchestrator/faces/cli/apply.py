@@ -13,10 +13,8 @@ import typer
 
 from ...domain.errors import PeakpackError
 from ...domain.model import Inventory
-from .common import DbOpt, InventoryOpt, JsonOpt, err, load_inventory, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, err, load_inventory, open_store, out
 from .tables import Column, WideOpt, print_table
-
-PlanIdArg = Annotated[int, typer.Argument(metavar="PLAN_ID", help="A stored plan's id (`peakpack history plans`).")]
 
 
 def _inventory(path: Path | None) -> Inventory:

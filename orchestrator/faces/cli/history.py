@@ -9,8 +9,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, open_store, out, since_time
+from .common import DbOpt, JsonOpt, SinceOpt, named, open_store, out, since_time
 from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
 
 
@@ -114,9 +115,10 @@ def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> Non
 
 def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
-    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
+    since: SinceOpt = None,
     by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
-    container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
+    container: Annotated[Optional[str], typer.Option(callback=named(inputs.container_name),
+                                                     help="`history demand` of this container only.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, open_store, out
+from .common import DbOpt, JsonOpt, NodeArg, open_store, out
 
 app = typer.Typer(help="Quarantined nodes: list them, clear one after fixing it.", no_args_is_help=True)
 
@@ -34,7 +33,7 @@ def status(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
 
 @app.command()
-def clear(node: Annotated[str, typer.Argument(help="Node to take out of quarantine.")], db: DbOpt = None) -> None:
+def clear(node: NodeArg, db: DbOpt = None) -> None:
     """Take a node out of quarantine, so the controller may wake it again."""
     with open_store(db) as store:
         quarantined = store.power.quarantined()

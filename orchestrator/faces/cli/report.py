@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .common import DbOpt, open_store, out, since_time
+from .common import DbOpt, SinceOpt, open_store, out, since_time
 
 
 def report(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")],
-    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 2h, 7d.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", file_okay=False, help="Folder for index.html and the PNGs.")],
+    since: SinceOpt = None,
     db: DbOpt = None,
 ) -> None:
     """Write an HTML page with nodes on, power and energy over time, migrations and downtime."""

@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, InventoryOpt, demo_inventory, err, load_inventory, open_store
+from .common import DbOpt, InventoryOpt, TimeLimitOpt, bounded, demo_inventory, err, load_inventory, open_store
 from .plan import SnapshotOpt
-from .web import HttpAddrOpt
+from .web import HttpAddrOpt, MetricsAddrOpt, MetricsPortOpt
 
 
 def serve(
@@ -28,37 +29,29 @@ def serve(
     ] = False,
     once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
-    time_limit: Annotated[
-        Optional[float],
-        typer.Option(
-            "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s."
-        ),
-    ] = None,
+    time_limit: TimeLimitOpt = None,
     epoch_seconds: Annotated[
         Optional[int],
         typer.Option(
             "--epoch-seconds",
-            min=1,
+            callback=bounded(inputs.EPOCH_SECONDS),
             help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
             "the migration weights and the power rules all use it).",
         ),
     ] = None,
-    metrics_port: Annotated[
-        Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")
-    ] = None,
-    metrics_addr: Annotated[
-        str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")
-    ] = "127.0.0.1",
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "127.0.0.1",
     lease_ttl: Annotated[
         Optional[float],
         typer.Option(
             "--lease-ttl",
-            min=1.0,
+            callback=bounded(inputs.LEASE_SECONDS),
             help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.",
         ),
     ] = None,
     http_port: Annotated[
-        Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")
+        Optional[int], typer.Option("--http-port", callback=bounded(inputs.ANY_PORT),
+                                    help="Serve the web page on this port (0: any free port).")
     ] = None,
     http_addr: HttpAddrOpt = "127.0.0.1",
     db: DbOpt = None,
@@ -77,6 +70,10 @@ def serve(
         dry_run = True  # the embedded demo has no real nodes to act on
     if snapshot is not None and not dry_run:
         raise PeakpackError("--snapshot: a snapshot file can only be planned, not executed; add --dry-run")
+    if snapshot is not None:  # re-read every epoch; a bad one is refused now, not logged forever
+        from ...domain.config import load_snapshot  # lazy: start-up speed (each command loads only what it uses)
+
+        load_snapshot(snapshot, inv)
     settings = ControllerSettings(
         dry_run=dry_run,
         approve=approve,

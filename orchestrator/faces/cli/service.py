@@ -22,9 +22,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import Inventory
-from .common import load_inventory
+from .common import RequiredInventory, load_inventory, named
+from .web import MetricsPortOpt
 
 app = typer.Typer(help="Run peakpack as a systemd service on the head node.", no_args_is_help=True)
 
@@ -163,15 +165,16 @@ def _own(path: Path, account: pwd.struct_passwd | None, mode: int | None, dry_ru
 
 @app.command()
 def install(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="The inventory the service runs with.")],
-    user: Annotated[str, typer.Option("--user", help="System user the service runs as (created if "
-                                      "missing).")] = "peakpack",
-    prefix: Annotated[Path, typer.Option("--prefix", help="Write the unit and data dir under this root.")] = Path("/"),
+    inventory: RequiredInventory,
+    user: Annotated[str, typer.Option("--user", callback=named(inputs.user_name),
+                                      help="System user the service runs as (created if missing).")] = "peakpack",
+    prefix: Annotated[Path, typer.Option("--prefix", file_okay=False,
+                                         help="Write the unit and data dir under this root.")] = Path("/"),
     db: Annotated[Optional[str], typer.Option("--db", help="Store URL; default: SQLite in the data dir.")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535,
-                                                        help="Serve Prometheus metrics on this port.")] = None,
-    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", help="Address for the metrics "
-                                                        "endpoint (serve's default: 127.0.0.1).")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", callback=named(inputs.host),
+                                                        help="Address for the metrics endpoint (serve's default: "
+                                                        "127.0.0.1).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the unit and what would be done; "
                                           "change nothing.")] = False,
 ) -> None:

@@ -11,18 +11,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ...domain import inputs
 from ...simulate.registry import POLICIES
-from .common import JsonOpt, err, out
+from .common import JsonOpt, bounded, err, out
 
 
 def simulate(
-    trace: Annotated[Path, typer.Option("--trace", help="A folder of PlanetLab traces (one file per VM).")],
+    trace: Annotated[Path, typer.Option("--trace", exists=True, file_okay=False,
+                                        help="A folder of PlanetLab traces (one file per VM).")],
     scenario: Annotated[str, typer.Option("--scenario", help="cloudsim-planetlab")] = "cloudsim-planetlab",
     policy: Annotated[str, typer.Option("--policy", help=", ".join(POLICIES))] = "peakpack",
     cap: Annotated[
-        Optional[float], typer.Option("--cap", min=0.05, max=1.0, help="CPU cap for the planner policies.")
+        Optional[float], typer.Option("--cap", callback=bounded(inputs.SIM_CAP),
+                                      help="CPU cap for the planner policies.")
     ] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write hosts on and power over time (PNG).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", dir_okay=False,
+                                                 help="Write hosts on and power over time (PNG).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""

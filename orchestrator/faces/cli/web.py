@@ -3,12 +3,14 @@ history; approving a plan executes it, which needs `--inventory`)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import DbOpt, err, load_inventory, open_store
+from ...domain import inputs
+from .common import DbOpt, bounded, err, load_inventory, named, open_store, since_duration
 
 if TYPE_CHECKING:
     from peakpack.db.store import Store
@@ -17,8 +19,14 @@ if TYPE_CHECKING:
     from ...domain.model import Inventory
     from ..web.app import Applier
 
-HttpPortOpt = Annotated[int, typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")]
-HttpAddrOpt = Annotated[str, typer.Option("--http-addr", help="Address for the web page; 0.0.0.0 for every interface.")]
+HttpPortOpt = Annotated[int, typer.Option("--http-port", callback=bounded(inputs.ANY_PORT),
+                                          help="Serve the web page on this port (0: any free port).")]
+HttpAddrOpt = Annotated[str, typer.Option("--http-addr", callback=named(inputs.host),
+                                          help="Address for the web page; 0.0.0.0 for every interface.")]
+MetricsPortOpt = Annotated[Optional[int], typer.Option("--metrics-port", callback=bounded(inputs.PORT),
+                                                       help="Serve Prometheus metrics on this port.")]
+MetricsAddrOpt = Annotated[str, typer.Option("--metrics-addr", callback=named(inputs.host),
+                                             help="Address for the metrics endpoint.")]
 
 
 def web(
@@ -29,22 +37,24 @@ def web(
         typer.Option(
             "--inventory",
             "-i",
+            exists=True,
+            dir_okay=False,
             help="Inventory: node caps, the token (web.token_file) that enables approve/reject, and the cluster "
             "an approved plan is applied to. Without it the page is read-only.",
         ),
     ] = None,
     since: Annotated[
-        str, typer.Option(help="Migrations, power events and energy of the last DURATION, e.g. 2h, 7d.")
-    ] = "24h",
+        timedelta, typer.Option("--since", parser=since_duration, metavar="DURATION",
+                                help="Migrations, power events and energy of the last DURATION, e.g. 2h, 7d.")
+    ] = "24h",  # type: ignore[assignment]  # parsed by `since_duration`
     db: DbOpt = None,
 ) -> None:
     """Serve the web page (nodes, plans, migrations, power events, energy charts) until Ctrl-C."""
-    from ...domain.inputs import parse_duration  # lazy: start-up speed (each command loads only what it uses)
     from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
     from ..web.server import run
     from ..web.state import View
 
-    view = View(since=parse_duration(since, flag="--since"))
+    view = View(since=since)
     inv = load_inventory(inventory) if inventory else None
     with open_store(db) as store:
         mode = "" if inv is not None and inv.web.token_file else " (read-only: no [web] token_file)"

@@ -7,6 +7,7 @@ succeeded after it applied, so the table does not lag an epoch behind what was d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,7 +41,7 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
             if a.plan_id in actions:
                 actions[a.plan_id].append(a.to_json())
     snapshot = store.plans.snapshot(plans[-1].plan_id) if plans else None
-    return {
+    return finite({
         "generated_at": now.isoformat(),
         "since_hours": view.since.total_seconds() / 3600,
         "nodes": node_rows(snapshot, inventory, migrations, power, node_energy),
@@ -51,7 +52,20 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
         "power": [e.to_json() for e in reversed(power)],
         "energy": {"nodes": cumulative_series(node_energy, lambda r: r.node),
                    "containers": cumulative_series(store.energy.of_containers(start), lambda r: r.container or "")},
-    }
+    })
+
+
+def finite(value: Any) -> Any:
+    """`value` with every infinite or NaN number as None: JSON has no such numbers, and a store
+    may hold one (a plan made by an older peakpack, an overflowing prediction); the page shows a
+    gap rather than failing."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def expired(expires_at: datetime | None, now: datetime) -> bool:
