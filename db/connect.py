@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
 
 from peakpack.orchestrator.domain.errors import StoreError
@@ -77,22 +77,27 @@ def _sqlite_file(database: str) -> None:
         raise StoreError(f"--db: {one_line(str(path))} is not a SQLite database; give a store's file or a new path")
 
 
-def engine_for(url: str) -> Engine:
-    """The engine of a store URL, after checking what can be checked without connecting: the
-    scheme, and for SQLite that the file is a database (or new) in an existing folder."""
+def parse_url(url: str) -> URL:
+    """A store URL of a database peakpack knows (SQLite or PostgreSQL), or a one-line StoreError."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         raise StoreError(f"--db: {one_line(repr(url))} is not a database URL; {USAGE}") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(f"--db: {one_line(repr(parsed.get_backend_name()))} is not a store peakpack knows; {USAGE}")
+    return parsed
+
+
+def engine_for(url: str) -> Engine:
+    """The engine of a store URL, after checking what can be checked without connecting: the
+    scheme, and for SQLite that the file is a database (or new) in an existing folder."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             _sqlite_file(parsed.database)
         engine = create_engine(url, connect_args={"timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    if backend != "postgresql":
-        raise StoreError(f"--db: {one_line(repr(backend))} is not a store peakpack knows; {USAGE}")
     if parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     try:

@@ -71,7 +71,7 @@ class Store:
 
     @classmethod
     def open(cls, url: str | None = None) -> Store:
-        engine = engine_for(url or default_url())
+        engine = engine_for(default_url() if url is None else url)
         try:
             upgrade(engine)
         except DBAPIError as exc:  # unreachable, refused, not a database, not ours

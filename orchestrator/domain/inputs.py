@@ -60,7 +60,7 @@ class Bounds:
 
     def describe(self) -> str:
         def show(x: float) -> str:
-            return str(int(x)) if self.integer or x.is_integer() else f"{x:g}"
+            return str(int(x)) if self.integer or float(x).is_integer() else f"{x:g}"
 
         low = f"more than {show(self.lo)}" if self.lo_open else show(self.lo)
         kind = "an integer" if self.integer else "a number"
@@ -193,15 +193,45 @@ def aware_time(text: Any, field: str) -> datetime:
     return when
 
 
+def output_file(path: Path, field: str) -> Path:
+    """A file a command will write: not a folder, in a folder that exists."""
+    if path.is_dir():
+        raise PeakpackError(f"{field}: {one_line(str(path))} is a folder; name a file in it")
+    if not path.absolute().parent.is_dir():
+        raise PeakpackError(f"{field}: folder {one_line(str(path.absolute().parent))} does not exist; create it "
+                            "or choose another path")
+    return path
+
+
+def folder(path: Path, field: str) -> Path:
+    """A folder a command reads or creates: it, or the nearest of its parents that exists, is a
+    folder (a file there would make creating it fail half-way)."""
+    for p in (path.absolute(), *path.absolute().parents):
+        if p.exists():
+            if not p.is_dir():
+                raise PeakpackError(f"{field}: {one_line(str(p))} is a file, not a folder; choose another path")
+            return path
+    return path
+
+
+#: an inventory, a snapshot, a trace: far below this; a device or a runaway file is refused
+MAX_TEXT_BYTES = 256 * 1024**2
+
+
 def read_text(path: Path, field: str) -> str:
     """A text file an operator names, as UTF-8: one line naming the field when it cannot be read, is
-    a folder, or is not UTF-8 text."""
+    a folder or a device, is too large, or is not UTF-8 text."""
     try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise PeakpackError(f"{field}: {one_line(str(path))} is a folder; give a file") from None
+        if path.exists() and not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise PeakpackError(f"{field}: {one_line(str(path))} is {kind}; give a file")
+        with path.open("rb") as f:
+            data = f.read(MAX_TEXT_BYTES + 1)
     except OSError as exc:
         raise PeakpackError(f"{field}: cannot read {one_line(str(path))}: {exc.strerror}") from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise PeakpackError(f"{field}: {one_line(str(path))} is larger than {MAX_TEXT_BYTES // 1024**2} MiB; "
+                            "give the file itself, not a device or an archive")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -6,22 +6,12 @@ from __future__ import annotations
 import getpass
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ...domain.errors import PeakpackError
-from ...domain.model import Inventory
-from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, err, load_inventory, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, RequiredInventory, err, load_inventory, open_store, out
 from .tables import Column, WideOpt, print_table
-
-
-def _inventory(path: Path | None) -> Inventory:
-    if path is None:
-        raise PeakpackError("--inventory: give the inventory the plan was made with (apply acts on its nodes)")
-    return load_inventory(path)
-
 
 COLUMNS = (Column("#", "#", justify="right", priority=0), Column("action", "action", priority=0),
            Column("state", "state", priority=0), Column("why skipped", "reason", priority=1, truncate=True))
@@ -29,7 +19,7 @@ COLUMNS = (Column("#", "#", justify="right", priority=0), Column("action", "acti
 
 def apply(
     plan_id: PlanIdArg,
-    inventory: InventoryOpt = None,
+    inventory: RequiredInventory,
     partial: Annotated[bool, typer.Option("--partial", help="Run the actions that still hold; skip (and list) "
                                           "those whose preconditions fail on the fresh cluster.")] = False,
     json_out: JsonOpt = False,
@@ -40,7 +30,7 @@ def apply(
     from ...act.apply import apply_plan  # lazy: start-up speed
     from ..wiring import live_services
 
-    inv = _inventory(inventory)
+    inv = load_inventory(inventory)
     log = lambda text: err.print(text, markup=False, highlight=False)  # noqa: E731
     with open_store(db) as store:
         services = live_services(inv, store, err)

@@ -2,7 +2,7 @@
 
 Every option is checked while the command line is parsed, before the command does anything: its
 numbers by the `Bounds` of `domain/inputs.py` (`bounded`), its names by the name rules there
-(`named`), its paths by kind (an existing file, a folder, a file to write). What can only be
+(`checked`), its paths by kind (an existing file, a folder, a file to write). What can only be
 checked by reading it (an inventory, a snapshot, a store URL) is checked first thing by the
 command, with the same one-line errors."""
 
@@ -39,8 +39,9 @@ def bounded(bounds: inputs.Bounds) -> Callable[[typer.CallbackParam, Any], Any]:
     return check
 
 
-def named(rule: Callable[[str, str], str]) -> Callable[[typer.CallbackParam, Any], Any]:
-    """A typer callback applying a name rule of `inputs` (container, node, user, host)."""
+def checked(rule: Callable[[Any, str], Any]) -> Callable[[typer.CallbackParam, Any], Any]:
+    """A typer callback applying a rule of `inputs` (a container, node, user or host name, a
+    folder, a file to write) to a parameter's value."""
 
     def check(param: typer.CallbackParam, value: Any) -> Any:
         return value if value is None else rule(value, field_of(param))
@@ -81,8 +82,8 @@ TimeLimitOpt = Annotated[
     typer.Option("--time-limit", callback=bounded(inputs.SOLVER_SECONDS),
                  help="Solver seconds; default: the inventory's \\[planner].time_limit_s."),
 ]
-ContainerArg = Annotated[str, typer.Argument(metavar="CONTAINER", callback=named(inputs.container_name))]
-NodeArg = Annotated[str, typer.Argument(metavar="NODE", callback=named(inputs.node_name))]
+ContainerArg = Annotated[str, typer.Argument(metavar="CONTAINER", callback=checked(inputs.container_name))]
+NodeArg = Annotated[str, typer.Argument(metavar="NODE", callback=checked(inputs.node_name))]
 PlanIdArg = Annotated[int, typer.Argument(metavar="PLAN_ID", callback=bounded(inputs.ID),
                                           help="A stored plan's id (`peakpack history plans`).")]
 

@@ -11,7 +11,7 @@ import typer
 
 from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, SinceOpt, named, open_store, out, since_time
+from .common import DbOpt, JsonOpt, SinceOpt, checked, open_store, out, since_time
 from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
 
 
@@ -117,7 +117,7 @@ def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
     since: SinceOpt = None,
     by: Annotated[Optional[GroupBy], typer.Option(help="Energy per node or per container.")] = None,
-    container: Annotated[Optional[str], typer.Option(callback=named(inputs.container_name),
+    container: Annotated[Optional[str], typer.Option(callback=checked(inputs.container_name),
                                                      help="`history demand` of this container only.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,

@@ -10,13 +10,13 @@ from typing import Annotated, Optional
 import typer
 
 from ...domain import inputs
-from .common import JsonOpt, NodeArg, bounded, err, out
+from .common import JsonOpt, NodeArg, bounded, checked, err, out
 from .tables import Column, WideOpt, joules, print_table, size_bytes
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
 DirOpt = Annotated[
-    Optional[Path], typer.Option("--dir", file_okay=False,
+    Optional[Path], typer.Option("--dir", file_okay=False, callback=checked(inputs.folder),
                                  help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")
 ]
 

@@ -19,11 +19,11 @@ from .common import (
     JsonOpt,
     NodeArg,
     RequiredInventory,
+    checked,
     err,
     interruptible,
     load_inventory,
     manual_lease,
-    named,
     open_store,
     out,
 )
@@ -31,7 +31,7 @@ from .common import (
 
 def migrate(
     container: ContainerArg,
-    to: Annotated[str, typer.Option("--to", callback=named(inputs.node_name), help="Target node.")],
+    to: Annotated[str, typer.Option("--to", callback=checked(inputs.node_name), help="Target node.")],
     inventory: RequiredInventory,
     db: DbOpt = None,
     json_out: JsonOpt = False,

@@ -13,7 +13,7 @@ from rich.table import Table
 from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import ClusterSnapshot, Inventory
-from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, err, named, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, checked, err, open_store, out
 from .tables import Column, WideOpt, print_table
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def plan(
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     explain: Annotated[Optional[str], typer.Option(
-        "--explain", metavar="CONTAINER", callback=named(inputs.container_name),
+        "--explain", metavar="CONTAINER", callback=checked(inputs.container_name),
         help="Also print why CONTAINER moves or stays.")] = None,
     db: DbOpt = None,
 ) -> None:

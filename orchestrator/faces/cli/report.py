@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOpt, SinceOpt, open_store, out, since_time
+from ...domain import inputs
+from .common import DbOpt, SinceOpt, checked, open_store, out, since_time
 
 
 def report(
-    out_dir: Annotated[Path, typer.Option("--out", file_okay=False, help="Folder for index.html and the PNGs.")],
+    out_dir: Annotated[Path, typer.Option("--out", file_okay=False, callback=checked(inputs.folder),
+                                          help="Folder for index.html and the PNGs.")],
     since: SinceOpt = None,
     db: DbOpt = None,
 ) -> None:

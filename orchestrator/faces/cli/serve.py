@@ -62,7 +62,9 @@ def serve(
     standby and takes over when the leader's lease expires. `--once` fails at once instead."""
     # lazy: start-up speed (each command loads only what it uses)
     from ...act.controller import Controller, ControllerSettings
+    from ...decide.planner.registry import get_policy
 
+    get_policy(policy)  # an unknown name is refused now, not at every epoch
     inv = load_inventory(inventory) if inventory else demo_inventory()
     if epoch_seconds is not None:  # one epoch everywhere: everything downstream reads the inventory's
         inv = replace(inv, cluster=replace(inv.cluster, epoch_seconds=epoch_seconds))

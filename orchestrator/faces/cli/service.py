@@ -25,7 +25,7 @@ import typer
 from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import Inventory
-from .common import RequiredInventory, load_inventory, named
+from .common import RequiredInventory, checked, load_inventory
 from .web import MetricsPortOpt
 
 app = typer.Typer(help="Run peakpack as a systemd service on the head node.", no_args_is_help=True)
@@ -166,19 +166,26 @@ def _own(path: Path, account: pwd.struct_passwd | None, mode: int | None, dry_ru
 @app.command()
 def install(
     inventory: RequiredInventory,
-    user: Annotated[str, typer.Option("--user", callback=named(inputs.user_name),
+    user: Annotated[str, typer.Option("--user", callback=checked(inputs.user_name),
                                       help="System user the service runs as (created if missing).")] = "peakpack",
-    prefix: Annotated[Path, typer.Option("--prefix", file_okay=False,
+    prefix: Annotated[Path, typer.Option("--prefix", file_okay=False, callback=checked(inputs.folder),
                                          help="Write the unit and data dir under this root.")] = Path("/"),
     db: Annotated[Optional[str], typer.Option("--db", help="Store URL; default: SQLite in the data dir.")] = None,
     metrics_port: MetricsPortOpt = None,
-    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", callback=named(inputs.host),
+    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", callback=checked(inputs.host),
                                                         help="Address for the metrics endpoint (serve's default: "
                                                         "127.0.0.1).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the unit and what would be done; "
                                           "change nothing.")] = False,
 ) -> None:
     """Write a systemd unit for the controller, its user and data dir; print the systemctl commands."""
+    from peakpack.db.connect import parse_url  # lazy: start-up speed (each command loads only what it uses)
+
+    if db is not None:
+        url = parse_url(db)
+        if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_relative_to(DATA_DIR):
+            raise PeakpackError(f"--db: the service may write only {DATA_DIR} (ProtectSystem=strict); keep its "
+                                "SQLite file there, or leave --db out")
     inv = load_inventory(inventory)
     files = service_files(inv, inventory)
     if not dry_run and os.geteuid() != 0:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ...domain import inputs
 from ...simulate.registry import POLICIES
-from .common import JsonOpt, bounded, err, out
+from .common import JsonOpt, bounded, checked, err, out
 
 
 def simulate(
@@ -25,7 +25,7 @@ def simulate(
         Optional[float], typer.Option("--cap", callback=bounded(inputs.SIM_CAP),
                                       help="CPU cap for the planner policies.")
     ] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", dir_okay=False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", dir_okay=False, callback=checked(inputs.output_file),
                                                  help="Write hosts on and power over time (PNG).")] = None,
     json_out: JsonOpt = False,
 ) -> None:

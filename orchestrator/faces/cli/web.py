@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ...domain import inputs
-from .common import DbOpt, bounded, err, load_inventory, named, open_store, since_duration
+from .common import DbOpt, bounded, checked, err, load_inventory, open_store, since_duration
 
 if TYPE_CHECKING:
     from peakpack.db.store import Store
@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 
 HttpPortOpt = Annotated[int, typer.Option("--http-port", callback=bounded(inputs.ANY_PORT),
                                           help="Serve the web page on this port (0: any free port).")]
-HttpAddrOpt = Annotated[str, typer.Option("--http-addr", callback=named(inputs.host),
+HttpAddrOpt = Annotated[str, typer.Option("--http-addr", callback=checked(inputs.host),
                                           help="Address for the web page; 0.0.0.0 for every interface.")]
 MetricsPortOpt = Annotated[Optional[int], typer.Option("--metrics-port", callback=bounded(inputs.PORT),
                                                        help="Serve Prometheus metrics on this port.")]
-MetricsAddrOpt = Annotated[str, typer.Option("--metrics-addr", callback=named(inputs.host),
+MetricsAddrOpt = Annotated[str, typer.Option("--metrics-addr", callback=checked(inputs.host),
                                              help="Address for the metrics endpoint.")]
 
 
