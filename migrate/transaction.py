@@ -33,8 +33,8 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import spec
-from .copy import rsync, stream_image
+from . import room, spec
+from .copy import copy_all, stream_image
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
@@ -211,6 +211,7 @@ class Migration:
                 raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
                                       "copied only between overlay2 engines")
         self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
+        await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
         versions, (here, there) = await asyncio.gather(
             asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
             asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
@@ -329,9 +330,7 @@ class Migration:
         return pairs
 
     async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
-        target = self._spec(self.target)
-        done = await asyncio.gather(*(rsync(self.ssh, self.source, a, target, b) for a, b in pairs))
-        return sum(c.bytes_sent for c in done)
+        return await copy_all(self.ssh, self.source, pairs, self._spec(self.target))
 
     async def precopy(self) -> str:
         """While the container runs: most of its files reach the target before the freeze."""
