@@ -132,7 +132,8 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
     else:
         checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
-        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power)
+        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power,
+                          guard=store.check_fence)
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")
         state, reason = await settler.run(checkpointed, why)

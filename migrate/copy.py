@@ -99,7 +99,7 @@ async def copy_all(ssh: SshPool, source: str, pairs: Sequence[tuple[str, str]], 
         for c in copies:
             c.cancel()
         await asyncio.gather(*copies, return_exceptions=True)
-        await ssh.run(source, ["sh", "-c", STOP_SCRIPT, "sh", *stops], timeout=STOP_WAIT_S + 30)
+        await ssh.run(source, ["bash", "-c", STOP_SCRIPT, "stop", *stops], timeout=STOP_WAIT_S + 30)
         raise
     await ssh.run(source, ["sh", "-c", 'for f in "$@"; do rm -f "$f" "$f.pid"; done', "sh", *stops], check=False)
     return sum(c.bytes_sent for c in done)

@@ -161,9 +161,11 @@ class Migration:
             await self.hook("settling")
         self.progress("settling" if failure is None else "rolling back")
         settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
-                          self.bmc_power, self.restore_timeout())
+                          self.bmc_power, self.restore_timeout(), guard=self.store.check_fence)
         try:
             sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+        except FencedError:
+            raise  # another controller leads: it settles this migration from the facts; touch nothing
         except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
             sid = None
         state, reason = await settler.run(checkpointed=self.t.frozen_at is not None, failure=failure)
@@ -179,6 +181,8 @@ class Migration:
                 )
                 return self._result(state, reason)
             return self._finish(state, reason)
+        except FencedError:
+            raise
         except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
             return self._result(state, reason)
 

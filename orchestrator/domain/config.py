@@ -8,6 +8,7 @@ the frozen dataclasses of `model.py`, so nothing downstream depends on pydantic.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tomllib
@@ -32,6 +33,7 @@ from .model import (
     PowerCurve,
     ReviewConfig,
     SshConfig,
+    StoreConfig,
     WebConfig,
 )
 from .settings import ForecastSettings, PlannerSettings
@@ -157,6 +159,26 @@ class _Node(_Strict):
 
 class _Web(_Strict):
     token_file: str
+    token_for_reads: bool = False
+    hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = []
+
+
+Days = Annotated[int, Field(**inputs.DAYS.pydantic())]
+
+
+class _Store(_Strict):
+    """`[store]`: see model.StoreConfig."""
+
+    raw_days: Days = StoreConfig.raw_days
+    hourly_days: Days = StoreConfig.hourly_days
+    history_days: Days = StoreConfig.history_days
+    prune_rows: Annotated[int, Field(ge=100, le=inputs.COUNT.hi)] = StoreConfig.prune_rows
+
+    @model_validator(mode="after")
+    def _hours_outlive_rows(self) -> _Store:
+        if self.hourly_days < self.raw_days:
+            raise ValueError("hourly_days must be >= raw_days (hours are summed from the raw rows)")
+        return self
 
 
 class _Review(_Strict):
@@ -220,6 +242,7 @@ class _Inventory(_Strict):
     windows: list[_Window] = []
     web: _Web | None = None
     review: _Review = _Review()
+    store: _Store = _Store()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -389,13 +412,23 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
     web = WebConfig()
     if inv.web is not None:
         try:
-            web = WebConfig(_secret_file("web.token_file", base, inv.web.token_file, "the web page's token"))
+            for i, name in enumerate(inv.web.hosts):
+                _check_address(f"web.hosts[{i}]", name)
+            web = WebConfig(_secret_file("web.token_file", base, inv.web.token_file, "the web page's token"),
+                            inv.web.token_for_reads, tuple(inv.web.hosts))
         except InventoryError as exc:
             raise InventoryError(f"{label}: {exc}") from None
+    window_days = planner.forecast.window_seconds / 86400
+    if inv.store.raw_days < window_days:
+        raise InventoryError(f"{label}: store.raw_days: {inv.store.raw_days} keeps less than the forecast's "
+                             f"window ([planner.forecast] window_seconds = {planner.forecast.window_seconds:g}); "
+                             f"keep at least {math.ceil(window_days)}")
     b = inv.budgets
     return Inventory(cluster=cluster, nodes=nodes, source=source, planner=planner,
                      planner_sources=sources, web=web,
                      review=ReviewConfig(inv.review.plan_ttl_seconds),
+                     store=StoreConfig(inv.store.raw_days, inv.store.hourly_days, inv.store.history_days,
+                                       inv.store.prune_rows),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
                      windows=tuple(w.window() for w in inv.windows))

@@ -18,7 +18,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from peakpack.migrate import spec
 
@@ -274,11 +274,17 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
     return rows
 
 
+#: a container's previous demand row is looked for this many epochs back (an index range of the
+#: store, not its whole history); one not seen for longer gets a one-second sample again
+PREVIOUS_EPOCHS = 3
+
+
 def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
                        bmc_power: PowerProbe) -> ClusterSnapshot:
     """`observe_cluster`, storing every container's demand since its previous row."""
     snapshot, usage = observe_usage(inventory, bmc_power, shell)
-    store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
+    recent = snapshot.taken_at - timedelta(seconds=PREVIOUS_EPOCHS * inventory.cluster.epoch_seconds)
+    store.demand.add(demand_records(usage, store.demand.latest(since=recent), snapshot.taken_at))
     return snapshot
 
 

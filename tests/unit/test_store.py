@@ -13,12 +13,15 @@ from pathlib import Path
 import pytest
 
 import peakpack.db.repos
+from peakpack.db.connect import _head_revision
+from peakpack.db.schema import PinningRow
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
 from peakpack.orchestrator.domain.inputs import parse_duration
-from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
+from peakpack.orchestrator.domain.model import StoreConfig
+from peakpack.orchestrator.domain.records import ApprovalState, DemandRecord, EnergyRow, EnergySample
 from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
 from tests.support.postgres import drop_schema
 
@@ -29,7 +32,7 @@ def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> N
     Store.open(url).close()  # a second open finds the schema at head and changes nothing
     con = sqlite3.connect(tmp_path / "pp.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(_head_revision(),)]
     with Store.open(url) as s, s.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -184,6 +187,10 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "plans.set_status": lambda: old.plans.set_status(plan_id, PlanStatus.APPLYING,
                                                            only_from=[PlanStatus.RECOMMENDED]),
             "plans.expire": lambda: old.plans.expire(),
+            "approvals.request": lambda: old.approvals.request(plan_id, False, "web:ana"),
+            "approvals.finish": lambda: old.approvals.finish(1, ApprovalState.APPLIED, "APPLIED", "old"),
+            "retention._sum_hours": lambda: old.prune(StoreConfig(raw_days=1), t0 + timedelta(days=800)),
+            "retention._remove": lambda: old._retention._remove(PinningRow, PinningRow.at < t0, 10),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for write in writes.values():

@@ -23,6 +23,11 @@ from peakpack.orchestrator.domain.states import MigrationState, PlanStatus
 from peakpack.orchestrator.faces.web.app import create_app
 
 TOKEN = "s3cret-token"
+
+
+def page(app: object) -> TestClient:
+    """A client that reaches the page by its listening address (the Host header is checked)."""
+    return TestClient(app, base_url="http://127.0.0.1")
 DEMO = (Path(__file__).resolve().parents[2] / "inventory" / "demo.toml").read_text()
 
 
@@ -65,9 +70,9 @@ def store(tmp_path: Path, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> I
 def test_the_page_renders_every_table_on_the_server_and_is_read_only_without_a_token(
         store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
     inv, _, plan = planned
-    page = TestClient(create_app(store, inv)).get("/")
-    assert page.status_code == 200
-    html = page.text
+    answer = page(create_app(store, inv)).get("/")
+    assert answer.status_code == 200
+    html = answer.text
     assert html.count('<tr class="node"') == len(inv.nodes)
     assert (
         html.count('<tr class="plan"') == 2 and 'data-status="RECOMMENDED"' in html and 'data-status="APPLIED"' in html
@@ -82,7 +87,7 @@ def test_the_page_renders_every_table_on_the_server_and_is_read_only_without_a_t
 def test_nodes_show_the_moves_and_power_events_after_the_observation(
         store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
     inv, snap, _ = planned
-    state = TestClient(create_app(store, inv)).get("/api/state").json()
+    state = page(create_app(store, inv)).get("/api/state").json()
     nodes = {n["name"]: n for n in state["nodes"]}
     moved = snap.containers[0]
     target = next(n.name for n in snap.nodes if n.name not in (moved.node, "head"))
@@ -95,7 +100,7 @@ def test_nodes_show_the_moves_and_power_events_after_the_observation(
 def test_the_charts_get_cumulative_energy_per_node_and_container_with_their_source(
         store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:
     inv, snap, _ = planned
-    energy = TestClient(create_app(store, inv)).get("/api/state").json()["energy"]
+    energy = page(create_app(store, inv)).get("/api/state").json()["energy"]
     nodes = energy["nodes"]
     assert len(nodes["t"]) == 3  # both series start at the same instant, then two interval ends
     assert nodes["series"]["node-1 (rapl)"] == [0.0, pytest.approx(2.0), pytest.approx(3.0)]
@@ -104,7 +109,7 @@ def test_the_charts_get_cumulative_energy_per_node_and_container_with_their_sour
 
 
 def test_the_chart_library_is_served_from_the_package(store: Store) -> None:
-    client = TestClient(create_app(store))
+    client = page(create_app(store))
     js = client.get("/static/uPlot.iife.min.js")
     assert js.status_code == 200 and "uPlot" in js.text
     assert client.get("/static/page.js").status_code == 200
@@ -115,7 +120,7 @@ def test_a_read_only_page_refuses_every_decision(
 ) -> None:
     inv, _, _ = planned
     plan_id = store.plans.recent(1)[0].plan_id
-    client = TestClient(create_app(store, inv))
+    client = page(create_app(store, inv))
     for decision in ("approve", "reject"):
         answer = client.post(f"/plans/{plan_id}/{decision}", data={"token": TOKEN})
         assert answer.status_code == 403
@@ -126,7 +131,7 @@ def test_with_a_token_only_recommended_plans_get_buttons_and_a_wrong_token_chang
         store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
     newest = store.plans.recent(1)[0].plan_id
-    client = TestClient(create_app(store, inv))
+    client = page(create_app(store, inv))
     html = client.get("/").text
     assert html.count("<form") == 1 and f'action="/plans/{newest}/approve"' in html
     answer = client.post(f"/plans/{newest}/reject", data={"token": "guess"})
@@ -137,7 +142,7 @@ def test_with_a_token_only_recommended_plans_get_buttons_and_a_wrong_token_chang
 def test_rejecting_through_the_page_records_who_decided(store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
     newest = store.plans.recent(1)[0].plan_id
-    answer = TestClient(create_app(store, inv)).post(f"/plans/{newest}/reject", data={"token": TOKEN, "by": "ana"})
+    answer = page(create_app(store, inv)).post(f"/plans/{newest}/reject", data={"token": TOKEN, "by": "ana"})
     assert answer.status_code == 200, answer.text
     record = store.plans.get(newest)
     assert record.status is PlanStatus.REJECTED and record.decided_by == "web:ana"
@@ -146,7 +151,7 @@ def test_rejecting_through_the_page_records_who_decided(store: Store, tmp_path: 
 def test_approving_an_applied_plan_is_refused_with_the_reason(store: Store, tmp_path: Path) -> None:
     inv = inventory_with_token(tmp_path)
     oldest = store.plans.recent(2)[0].plan_id
-    answer = TestClient(create_app(store, inv)).post(f"/plans/{oldest}/approve", data={"token": TOKEN})
+    answer = page(create_app(store, inv)).post(f"/plans/{oldest}/approve", data={"token": TOKEN})
     assert answer.status_code == 409 and f"{oldest}" in answer.text
     assert store.plans.get(oldest).status is PlanStatus.APPLIED
 

@@ -24,8 +24,7 @@ def reconcile(
           RemoteShell(inv) as shell):
         found = [f"migration {m.id} ({m.container} {m.source} -> {m.target}): {m.state.value}"
                  for m in store.migrations.unfinished()]
-        found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events()
-                  if e.state == "ONGOING"]
+        found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events(state="ONGOING")]
         done = settle_all(inv, store, shell, stop_requested=stop)
     if json_out:
         sys.stdout.write(json.dumps({"found": found, "done": done}) + "\n")

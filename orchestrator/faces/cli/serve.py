@@ -12,7 +12,7 @@ from ...domain import inputs
 from ...domain.errors import PeakpackError
 from .common import DbOpt, InventoryOpt, TimeLimitOpt, bounded, demo_inventory, err, load_inventory, open_store
 from .plan import SnapshotOpt
-from .web import HttpAddrOpt, MetricsAddrOpt, MetricsPortOpt
+from .web import APPROVAL_WAIT_S, HttpAddrOpt, MetricsAddrOpt, MetricsPortOpt
 
 
 def serve(
@@ -100,12 +100,15 @@ def serve(
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
         with ExitStack() as web:
             if http_port is not None:
+                from ...act.apply import hand_to_leader  # lazy: start-up speed
                 from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
                 from ..web.server import serving_in_background
 
-                page_store = web.enter_context(open_store(db))  # its own unfenced handle: the page only reads
-                page = create_app(page_store, inv, applier=lambda plan_id, partial, by: controller.apply_stored(
-                    plan_id, partial=partial, decided_by=by))
+                # its own unfenced handle: the page reads, and hands approvals to the leader (this
+                # controller or another one) through the store; it executes nothing
+                page_store = web.enter_context(open_store(db))
+                page = create_app(page_store, inv, bind=http_addr, applier=lambda plan_id, partial, by: hand_to_leader(
+                    page_store, plan_id, partial, by, wait_s=APPROVAL_WAIT_S, stop_requested=controller.stopped))
                 port = web.enter_context(serving_in_background(page, http_addr, http_port))
                 err.print(f"web page: http://{http_addr}:{port}/", markup=False, highlight=False)
             if once:

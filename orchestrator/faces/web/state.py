@@ -45,6 +45,9 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
         "generated_at": now.isoformat(),
         "since_hours": view.since.total_seconds() / 3600,
         "nodes": node_rows(snapshot, inventory, migrations, power, node_energy),
+        # what the latest plan left where it is and why (a bad label says which and how to fix it)
+        "staying": [{"container": c["name"], "node": c["node"], "reason": c["immovable"]}
+                    for c in (snapshot or {}).get("containers", []) if c.get("immovable")],
         "plans": [{**p.to_json(), "actions_list": actions[p.plan_id],
                    "recommended": p.status == PlanStatus.RECOMMENDED and not expired(p.expires_at, now)}
                   for p in reversed(plans)],
