@@ -56,6 +56,9 @@ for f in "$@"; do rm -f "$f" "$f.pid"; done
 #: is not hidden by a load that read nothing.
 IMAGE_SCRIPT = f'set -o pipefail; docker save "$1" | {PEER_SSH} "$2" docker load'
 
+#: the longest one copy (a folder or an image) may take; `service install` sizes its stop timeout by it
+COPY_TIMEOUT_S = 1800.0
+
 _SENT = re.compile(r"^Total bytes sent:\s*([\d,.]+)", re.M)
 
 
@@ -74,7 +77,7 @@ def stop_file() -> str:
 
 
 async def rsync(ssh: SshPool, source: str, path: str, target: NodeSpec, dest: str, *,
-                timeout: float = 1800.0, stop: str | None = None) -> Copied:
+                timeout: float = COPY_TIMEOUT_S, stop: str | None = None) -> Copied:
     """Make `dest` on the target the same folder as `path` on the source (trailing slashes: the
     contents). Repeating it copies only what changed, which is how pre-copy and delta work.
     `stop`: its stop file (`copy_all` gives one, to stop it when a sibling fails)."""
@@ -105,6 +108,7 @@ async def copy_all(ssh: SshPool, source: str, pairs: Sequence[tuple[str, str]], 
     return sum(c.bytes_sent for c in done)
 
 
-async def stream_image(ssh: SshPool, source: str, image: str, target: NodeSpec, *, timeout: float = 1800.0) -> None:
+async def stream_image(ssh: SshPool, source: str, image: str, target: NodeSpec, *,
+                       timeout: float = COPY_TIMEOUT_S) -> None:
     """Copy an image (by ID or name) from the source's engine straight into the target's."""
     await ssh.run(source, ["bash", "-c", IMAGE_SCRIPT, "image", image, login(target)], timeout=timeout)

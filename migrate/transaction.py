@@ -43,6 +43,11 @@ StepHook = Callable[[str], Awaitable[None]]
 
 #: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
 MIN_CRIU = (4, 2)
+#: the longest a checkpoint, an image pull and the flush before the freeze may take (`service
+#: install` sizes its stop timeout by the longest step)
+CHECKPOINT_TIMEOUT_S = 900.0
+PULL_TIMEOUT_S = 900.0
+SYNC_TIMEOUT_S = 600.0
 #: options CRIU must read when runc calls it, so established TCP connections do not block a dump
 CRIU_RUNC_CONF = "/etc/criu/runc.conf"
 TCP_OPTIONS = ("tcp-close", "tcp-established")
@@ -279,7 +284,7 @@ class Migration:
             digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
             for digest in digests or ():
                 try:
-                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=PULL_TIMEOUT_S)
                     break
                 except (EngineAPIError, PeakpackError):
                     continue
@@ -340,7 +345,7 @@ class Migration:
         """While the container runs: most of its files reach the target before the freeze."""
         self.t.precopy_bytes = await self._copy_all(self._copies())
         # flush what was written before the freeze, so the dump does not queue behind it
-        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
+        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=SYNC_TIMEOUT_S) for n in (self.source, self.target)))
         return f"{self.t.precopy_bytes} bytes"
 
     @property
@@ -361,7 +366,7 @@ class Migration:
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
         await self.ssh.run(self.source, ["docker", "checkpoint", "create", self.container, checkpoint_name(self.mid)],
-                           timeout=900)
+                           timeout=CHECKPOINT_TIMEOUT_S)
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
 
     async def transfer(self) -> str:

@@ -27,6 +27,9 @@ from ..domain.states import ActionState
 from ..observe.cluster import observe_and_record, observe_node
 from ..remote.shell import RemoteShell
 
+#: how long a node switched off may still answer SSH
+POWER_OFF_WAIT_S = 120.0
+
 
 class LiveOps:
     """NodeOps on real nodes; every power switch is journaled as a power event."""
@@ -67,8 +70,9 @@ class LiveOps:
         event = self.store.power.begin(node, "power_off", reason)
         try:
             ipmi.switch(self.inventory.node(node), ipmi.Chassis.SOFT)
-            if not self._wait(node, False, 120):
-                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after 120 s")
+            if not self._wait(node, False, POWER_OFF_WAIT_S):
+                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after "
+                                 f"{POWER_OFF_WAIT_S:g} s")
         except PeakpackError as exc:
             self.store.power.finish(event, "FAILED", str(exc))
             raise

@@ -43,7 +43,7 @@ def up(
     sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
     with err.status("bringing the lab up") as status:
         lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
-    out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
+    out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}", markup=False, highlight=False)
 
 
 STATUS_COLUMNS = (

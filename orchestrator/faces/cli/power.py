@@ -8,6 +8,7 @@ import sys
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ...domain.errors import PeakpackError
 from .common import DbOpt, JsonOpt, NodeArg, open_store, out
@@ -28,7 +29,7 @@ def status(db: DbOpt = None, json_out: JsonOpt = False) -> None:
         return
     table = Table("node", "reason")
     for node, reason in sorted(quarantined.items()):
-        table.add_row(node, reason)
+        table.add_row(Text(node), Text(reason))  # the BMC's words, shown as they are
     out.print(table)
 
 
@@ -41,4 +42,4 @@ def clear(node: NodeArg, db: DbOpt = None) -> None:
             listed = ", ".join(sorted(quarantined)) or "none"
             raise PeakpackError(f"NODE: {node} is not quarantined (quarantined: {listed}); see `peakpack power status`")
         store.power.clear_quarantine(node)
-    out.print(f"{node}: cleared (was: {quarantined[node]})")
+    out.print(f"{node}: cleared (was: {quarantined[node]})", markup=False, highlight=False)

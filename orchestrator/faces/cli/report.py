@@ -29,4 +29,4 @@ def report(
             energy=[r.to_json() for r in store.energy.history(start)],
         )
     index = write_report(h, out_dir)
-    out.print(f"report written to {index}")
+    out.print(f"report written to {index}", markup=False, highlight=False)

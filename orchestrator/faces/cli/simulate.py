@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from ...domain import inputs
 from ...simulate.registry import POLICIES
@@ -54,7 +55,7 @@ def simulate(
     if json_out:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
         return
-    table = Table(title=f"{scenario}: {trace.name}, {len(sc.vm_names)} VMs, {len(sc.host_mips)} hosts")
+    table = Table(title=Text(f"{scenario}: {trace.name}, {len(sc.vm_names)} VMs, {len(sc.host_mips)} hosts"))
     for col in ("policy", "energy kWh", "fluid bound kWh", "migrations", "SLATAH", "PDM", "SLAV", "ESV", "plan s/step"):
         table.add_column(col, justify="right")
     bound = fluid_bound_kwh(sc, getattr(pol, "cap", 0.7))
