@@ -216,11 +216,11 @@ class Lease:
         """Stop renewing and free the lease if it is still ours; the store stays fenced with the
         old token, so nothing this process still writes can land after a successor took over.
         Bounded: a database that does not answer keeps this process at most a ttl (the lease
-        then simply expires)."""
+        then simply expires on its own)."""
         self._halt.set()
-        for thread in (self._renewer, self._watchdog):
-            if thread is not None:
-                thread.join(self.ttl_s)
+        for thread in (self._renewer, self._watchdog):  # a renewal stuck on the database is left behind:
+            if thread is not None:                      # halted, its answer changes nothing
+                thread.join(self.ttl_s / 3)
         self._renewer = self._watchdog = None
         token, self.token = self.token, None
         if token is None:
@@ -235,7 +235,7 @@ class Lease:
 
         releasing = threading.Thread(target=free, name="peakpack-lease-release", daemon=True)
         releasing.start()
-        releasing.join(self.ttl_s)
+        releasing.join(self.ttl_s / 3)
         if failed or releasing.is_alive():
             why = failed[0] if failed else "the database did not answer"
             self.log(f"lease: not released ({why}); it expires within {self.ttl_s:g} s")
