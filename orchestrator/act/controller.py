@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -341,20 +342,35 @@ class Controller:
         """Whether this controller was asked to stop (SIGTERM/SIGINT)."""
         return self._stop.is_set()
 
-    def run_once(self) -> Plan:
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop this controller while it runs (signals reach the main thread only:
+        elsewhere, e.g. a second controller in a test, `stop()` is called instead)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return self.run_epoch()
+            yield
         finally:
-            self.finish()
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def run_once(self) -> Plan:
+        with self._signals():
+            try:
+                return self.run_epoch()
+            finally:
+                self.finish()
 
     def run_forever(self) -> None:
         """Lead (or stand by until this process may) until SIGTERM/SIGINT; a leader that loses
         the lease stops acting and stands by again. The action in flight finishes, the rest are
         skipped."""
-        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        with self._signals():
+            self._serve()
+
+    def _serve(self) -> None:
         try:
             while not self._stop.is_set():
                 if not self.lease.wait(self._stop):
@@ -372,8 +388,6 @@ class Controller:
                     self.log("standing by again")
         finally:
             self.finish()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             self.log("stopped")
 
     def _lead(self) -> None:
