@@ -40,7 +40,7 @@ def observed(labels: dict[str, str]) -> object:
 def test_a_bad_label_makes_its_container_stay_put_with_the_fix(key: str, value: str) -> None:
     declared = container_labels({key: value})
     [problem] = declared.problems
-    assert problem.startswith(f"label {key}: ") and "give" in problem or "use" in problem
+    assert (problem.startswith(f"label {key}: ") and "give" in problem) or "use" in problem
     c = observed({key: value})
     assert c.immovable is not None and c.immovable.startswith(f"label {key}: ")  # type: ignore[attr-defined]
     assert c.memory_mb == 200.0  # type: ignore[attr-defined]  # what it uses
