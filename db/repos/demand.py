@@ -54,10 +54,13 @@ class DemandRepo(Repo):
         """Each container's newest demand row (of those at or after `since`: an index range, not a
         year of rows): the counter the next one is a delta against."""
         C = ContainerDemandRow
-        recent = select(C.container, func.max(C.id).label("id"))
+        # grouped by an expression, not the column: SQLite (without statistics) would otherwise
+        # walk the whole container index to save a sort instead of reading the `at` range
+        key = (C.container + "").label("container")
+        recent = select(key, func.max(C.id).label("id"))
         if since is not None:
             recent = recent.where(C.at >= since)
-        newest = recent.group_by(C.container).subquery()
+        newest = recent.group_by(key).subquery()
         q = select(C).join(newest, C.id == newest.c.id)
         with self._tx() as s:
             return {r.container: DemandRecord(at=r.at, container=r.container, node=r.node, interval_s=r.interval_s,
