@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import case, delete, func, insert, literal, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from peakpack.orchestrator.domain.model import StoreConfig
@@ -34,6 +34,7 @@ from ..schema import (
     PinningRow,
     PlanRow,
     PowerEventRow,
+    UtcDateTime,
 )
 
 HOUR = timedelta(hours=1)
@@ -46,29 +47,32 @@ def hour_of(t: datetime) -> datetime:
 
 
 def _demand_hour(s: Session, hour: datetime) -> int:
-    """Sum one hour of demand rows into hourly rows, remove them; how many were summed."""
+    """Sum one hour of demand rows into hourly rows and remove them, in the database (no row
+    comes to Python); how many were summed. The CPU is core-seconds over seconds where the rows
+    have intervals (counter deltas), else the mean of their samples."""
     C = ContainerDemandRow
     inside = (C.at >= hour, C.at < hour + HOUR)
-    groups = s.execute(select(C.container, C.node, func.count(), func.sum(C.interval_s), func.sum(C.cpu * C.interval_s),
-                              func.avg(C.cpu), func.max(C.cpu), func.max(C.memory_mb))
-                       .where(*inside).group_by(C.container, C.node)).all()
-    for container, node, rows, seconds, core_seconds, mean, peak, memory in groups:
-        s.add(DemandHourlyRow(hour=hour, container=container, node=node, rows=rows, seconds=seconds,
-                              cpu=core_seconds / seconds if seconds else mean, cpu_max=peak, memory_mb=memory or 0.0))
-    return s.execute(delete(C).where(*inside)).rowcount
+    seconds = func.sum(C.interval_s)
+    summed = (select(literal(hour, UtcDateTime()), C.container, C.node, func.count(), seconds,
+                     case((seconds > 0, func.sum(C.cpu * C.interval_s) / seconds), else_=func.avg(C.cpu)),
+                     func.max(C.cpu), func.coalesce(func.max(C.memory_mb), 0.0))
+              .where(*inside).group_by(C.container, C.node))
+    s.execute(insert(DemandHourlyRow).from_select(
+        ["hour", "container", "node", "rows", "seconds", "cpu", "cpu_max", "memory_mb"], summed))
+    return s.execute(delete(C).where(*inside).execution_options(synchronize_session=False)).rowcount
 
 
 def _energy_hour(s: Session, hour: datetime) -> int:
-    """Sum one hour of energy rows (by their start) per node, container and source; remove them."""
+    """Sum one hour of energy rows (by their start) per node, container and source, and remove
+    them, in the database; how many were summed."""
     E = EnergyRowDb
     inside = (E.start >= hour, E.start < hour + HOUR)
-    groups = s.execute(select(E.node, E.container, E.source, func.count(), func.min(E.start), func.max(E.end),
-                              func.sum(E.energy_j), func.sum(E.idle_j), func.sum(E.residual_j))
-                       .where(*inside).group_by(E.node, E.container, E.source)).all()
-    for node, container, source, rows, start, end, energy, idle, residual in groups:
-        s.add(EnergyHourlyRow(hour=hour, node=node, container=container, source=source, rows=rows, start=start,
-                              end=end, energy_j=energy, idle_j=idle, residual_j=residual))
-    return s.execute(delete(E).where(*inside)).rowcount
+    summed = (select(literal(hour, UtcDateTime()), E.node, E.container, E.source, func.count(), func.min(E.start),
+                     func.max(E.end), func.sum(E.energy_j), func.sum(E.idle_j), func.sum(E.residual_j))
+              .where(*inside).group_by(E.node, E.container, E.source))
+    s.execute(insert(EnergyHourlyRow).from_select(
+        ["hour", "node", "container", "source", "rows", "start", "end", "energy_j", "idle_j", "residual_j"], summed))
+    return s.execute(delete(E).where(*inside).execution_options(synchronize_session=False)).rowcount
 
 
 class RetentionRepo(Repo):
@@ -112,5 +116,6 @@ class RetentionRepo(Repo):
     def _remove(self, table: Any, older: Any, budget: int) -> int:
         """Up to `budget` rows of `table` matching `older`, oldest ids first (cascades follow)."""
         ids = select(table.id).where(older).order_by(table.id).limit(budget).scalar_subquery()
+        gone = delete(table).where(table.id.in_(ids)).execution_options(synchronize_session=False)
         with self._write() as s:
-            return s.execute(delete(table).where(table.id.in_(ids))).rowcount
+            return s.execute(gone).rowcount
