@@ -53,28 +53,20 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-#: what an SQLite database file starts with (an empty file is a new database too)
-SQLITE_HEADER = b"SQLite format 3\x00"
 USAGE = "use sqlite:///FILE or postgresql://USER@HOST/DB"
 
 
 def _sqlite_file(database: str) -> None:
-    """A SQLite store's file: in an existing folder, and a database already if it exists."""
+    """A SQLite store's file: in an existing folder, and not a folder. Whether an existing file
+    is a database SQLite itself says when the store opens it (`Store.open`: one line); the file is
+    never opened here: closing any descriptor of it would drop the locks this process's SQLite
+    connections hold on it (POSIX), and another process could then corrupt it."""
     path = Path(database).expanduser()
     if not path.resolve().parent.is_dir():
         raise StoreError(f"--db: folder {one_line(str(path.resolve().parent))} does not exist; create it or choose "
                          "another path")
     if path.is_dir():
         raise StoreError(f"--db: {one_line(str(path))} is a folder; name a file in it, e.g. {path / 'peakpack.db'}")
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"--db: cannot read {one_line(str(path))}: {exc.strerror}") from None
-    if head and head != SQLITE_HEADER:
-        raise StoreError(f"--db: {one_line(str(path))} is not a SQLite database; give a store's file or a new path")
 
 
 def parse_url(url: str) -> URL:

@@ -66,16 +66,18 @@ class Bounds:
         kind = "an integer" if self.integer else "a number"
         return f"{kind} from {low} to {show(self.hi)}" + (f" {self.unit}" if self.unit else "")
 
-    def check(self, value: Any, field: str) -> Any:
-        """`value` if it is within bounds, else PeakpackError naming `field` and the range."""
+    def check(self, value: Any, field: str, given: Any = None) -> Any:
+        """`value` if it is within bounds, else PeakpackError naming `field` and the range (and
+        `given`, what the operator wrote, when `value` was parsed from it)."""
+        shown = _shown(value if given is None else given)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or (self.integer and isinstance(value, float) and not value.is_integer()):
-            raise PeakpackError(f"{field}: {_shown(value)} is not {self.describe()}; give one")
+            raise PeakpackError(f"{field}: {shown} is not {self.describe()}; give one")
         if not math.isfinite(value):
-            raise PeakpackError(f"{field}: {_shown(value)} is not a finite number; give {self.describe()}")
+            raise PeakpackError(f"{field}: {shown} is not a finite number; give {self.describe()}")
         low = value <= self.lo if self.lo_open else value < self.lo
         if low or value > self.hi:
-            raise PeakpackError(f"{field}: {_shown(value)} is out of range; give {self.describe()}")
+            raise PeakpackError(f"{field}: {shown} is out of range; give {self.describe()}")
         return int(value) if self.integer else float(value)
 
     def parse(self, text: Any, field: str) -> Any:
@@ -87,7 +89,7 @@ class Bounds:
             value: float = int(raw, 10) if self.integer else float(raw)
         except ValueError:
             raise PeakpackError(f"{field}: {_shown(text)} is not {self.describe()}; give one") from None
-        return self.check(value, field)
+        return self.check(value, field, given=text)
 
     def pydantic(self) -> dict[str, float]:
         """The same limits as pydantic `Field` keywords, for the inventory's schema."""
