@@ -30,9 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import insert
-
-from peakpack.db.schema import ContainerDemandRow, EnergyRowDb, EnergySampleRow
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
@@ -41,51 +38,58 @@ from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, Energy
 from peakpack.orchestrator.domain.states import PlanStatus
 from peakpack.orchestrator.observe.cluster import PREVIOUS_EPOCHS
 
-BATCH = 50_000
+
+def stamp(t: datetime) -> str:
+    """A UTC instant as the store keeps it in SQLite (`schema.UtcDateTime`: naive UTC)."""
+    return t.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def fill(store: Store, nodes: int, per_node: int, days: int, epoch: timedelta, now: datetime) -> int:
-    """Every epoch's rows of the cluster over `days` ending at `now`, in bulk; how many rows."""
+    """Every epoch's rows of the cluster over `days` ending at `now`; how many rows. Written
+    through the driver in large transactions with the three tables' indexes built afterwards (the
+    same database, much faster to make than row by row through the repositories)."""
+    tables = ("container_demand", "energy", "energy_samples")
     epochs = int(timedelta(days=days) / epoch)
-    containers = [(f"node-{n}", f"app-{n}-{k}") for n in range(nodes) for k in range(per_node)]
-    rows = 0
-    demand: list[dict] = []
-    energy: list[dict] = []
-    samples: list[dict] = []
-
-    def flush(force: bool = False) -> None:
-        nonlocal rows, demand, energy, samples
-        if not force and len(demand) + len(energy) + len(samples) < BATCH:
-            return
-        with store.engine.begin() as c:
-            for table, batch in ((ContainerDemandRow, demand), (EnergyRowDb, energy), (EnergySampleRow, samples)):
-                if batch:
-                    c.execute(insert(table), batch)
-                    rows += len(batch)
-        demand, energy, samples = [], [], []
-
     seconds = epoch.total_seconds()
+    raw = store.engine.raw_connection()
+    cur = raw.cursor()
+    cur.execute("PRAGMA synchronous=OFF")
+    indexes = cur.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                          f"AND tbl_name IN ({', '.join('?' * len(tables))})", tables).fetchall()
+    for name, _ in indexes:
+        cur.execute(f"DROP INDEX {name}")
+    rows = 0
     for e in range(epochs):
         t = now - (epochs - e) * epoch
-        for node, name in containers:
-            demand.append({"at": t, "container": name, "node": node, "interval_s": seconds, "cpu": 0.4,
-                           "cpu_time_ns": int(e * seconds * 0.4e9), "memory_mb": 256.0, "source": "cgroup"})
-            energy.append({"node": node, "container": name, "start": t, "end": t + epoch, "energy_j": 30.0 * seconds,
-                           "source": "rapl", "plan_id": None, "idle_j": None, "residual_j": None})
-        for n in range(nodes):
-            node = f"node-{n}"
-            energy.append({"node": node, "container": None, "start": t, "end": t + epoch, "energy_j": 90.0 * seconds,
-                           "source": "rapl", "plan_id": None, "idle_j": 40.0 * seconds, "residual_j": 5.0 * seconds})
-            samples.append({"node": node, "at": t, "source": "rapl", "zone": "package-0",
-                            "energy_uj": int(e * seconds * 9e7), "max_energy_range_uj": 2**48, "power_w": None,
-                            "boot_id": "b", "busy_ns": None})
-            samples.append({"node": node, "at": t, "source": "busy", "zone": "", "energy_uj": None,
-                            "max_energy_range_uj": None, "power_w": None, "boot_id": "b",
-                            "busy_ns": int(e * seconds * 1e9)})
-        flush()
+        start, end = stamp(t), stamp(t + epoch)
+        cur.executemany(
+            "INSERT INTO container_demand (at, container, node, interval_s, cpu, cpu_time_ns, memory_mb, source) "
+            "VALUES (?, ?, ?, ?, 0.4, ?, 256.0, 'cgroup')",
+            [(start, f"app-{n}-{k}", f"node-{n}", seconds, int(e * seconds * 0.4e9))
+             for n in range(nodes) for k in range(per_node)])
+        cur.executemany(
+            "INSERT INTO energy (node, container, start, \"end\", energy_j, source, idle_j, residual_j) "
+            "VALUES (?, ?, ?, ?, ?, 'rapl', ?, ?)",
+            [(f"node-{n}", f"app-{n}-{k}", start, end, 30.0 * seconds, None, None)
+             for n in range(nodes) for k in range(per_node)]
+            + [(f"node-{n}", None, start, end, 90.0 * seconds, 40.0 * seconds, 5.0 * seconds) for n in range(nodes)])
+        cur.executemany(
+            "INSERT INTO energy_samples (node, at, source, zone, energy_uj, max_energy_range_uj, boot_id, busy_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'b', ?)",
+            [(f"node-{n}", start, "rapl", "package-0", int(e * seconds * 9e7), 2**48, None) for n in range(nodes)]
+            + [(f"node-{n}", start, "busy", "", None, None, int(e * seconds * 1e9)) for n in range(nodes)])
+        rows += nodes * (3 * per_node + 3)
+        if e % 200 == 199:
+            raw.commit()
         if e % max(1, epochs // 20) == 0:
             print(f"  filled {e / epochs:4.0%} ({rows:,} rows)", file=sys.stderr, flush=True)
-    flush(force=True)
+    raw.commit()
+    print("  building the indexes", file=sys.stderr, flush=True)
+    for _, sql in indexes:
+        cur.execute(sql)
+    raw.commit()
+    cur.execute("PRAGMA synchronous=NORMAL")
+    raw.close()
     return rows
 
 

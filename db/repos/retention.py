@@ -38,6 +38,8 @@ from ..schema import (
 )
 
 HOUR = timedelta(hours=1)
+#: rows one transaction of retention touches, at most (whole hours: at least one)
+TX_ROWS = 5000
 #: plans in these states are still to be decided or running: never removed
 OPEN_PLANS = (PlanStatus.RECOMMENDED.value, PlanStatus.APPLYING.value)
 
@@ -102,15 +104,20 @@ class RetentionRepo(Repo):
 
     def _sum_hours(self, at: InstrumentedAttribute[datetime], cut: datetime, budget: int,
                    one_hour: Callable[[Session, datetime], int]) -> int:
-        """Whole hours before `cut`, oldest first, each in its own transaction, until `budget`
-        rows were summed (at least one hour, however many rows it holds)."""
+        """Whole hours before `cut`, oldest first, until `budget` rows were summed (at least one
+        hour, however many rows it holds); a transaction takes hours until it holds TX_ROWS rows,
+        so it stays short (another writer, the lease's renewal, waits for it) and a small store
+        is not one commit per hour."""
         done = 0
         while done < budget:
             with self._write() as s:
-                first = s.scalar(select(func.min(at)))
-                if first is None or hour_of(first) + HOUR > cut:  # a partial hour waits until it is all past
-                    return done
-                done += one_hour(s, hour_of(first))
+                in_tx = 0
+                while in_tx < min(TX_ROWS, budget - done):
+                    first = s.scalar(select(func.min(at)))
+                    if first is None or hour_of(first) + HOUR > cut:  # a partial hour waits until it is all past
+                        return done + in_tx
+                    in_tx += one_hour(s, hour_of(first))
+            done += in_tx
         return done
 
     def _remove(self, table: Any, older: Any, budget: int) -> int:
