@@ -14,7 +14,7 @@ RAPL zone and the busy time), then measures, before and after `[store]` retentio
 - the database: its file and the pages that hold data (the rest is free for reuse; VACUUM
   gives it back to the filesystem, which the script also times).
 
-The default epoch is one hour, so a year of 1,000 nodes fits a development machine (about 60M
+The default epoch is one hour, so a year of 1,000 nodes fits a development machine (about 61M
 rows, a few GB); `--epoch-seconds 600` (the inventory's default) writes six times as many. The
 figures are of one run on a noisy shared machine: compare the ratios, not the seconds.
 """
@@ -78,7 +78,7 @@ def fill(store: Store, nodes: int, per_node: int, days: int, epoch: timedelta, n
             "VALUES (?, ?, ?, ?, ?, ?, 'b', ?)",
             [(f"node-{n}", start, "rapl", "package-0", int(e * seconds * 9e7), 2**48, None) for n in range(nodes)]
             + [(f"node-{n}", start, "busy", "", None, None, int(e * seconds * 1e9)) for n in range(nodes)])
-        rows += nodes * (3 * per_node + 3)
+        rows += nodes * (2 * per_node + 3)
         if e % 200 == 199:
             raw.commit()
         if e % max(1, epochs // 20) == 0:
