@@ -10,7 +10,18 @@ from typing import Annotated
 
 import typer
 
-from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, RequiredInventory, err, load_inventory, open_store, out
+from .common import (
+    DbOpt,
+    InventoryOpt,
+    JsonOpt,
+    PlanIdArg,
+    RequiredInventory,
+    err,
+    interruptible,
+    load_inventory,
+    open_store,
+    out,
+)
 from .tables import Column, WideOpt, print_table
 
 COLUMNS = (Column("#", "#", justify="right", priority=0), Column("action", "action", priority=0),
@@ -26,27 +37,30 @@ def apply(
     wide: WideOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Re-observe the cluster and apply stored plan PLAN_ID exactly, if it still holds there."""
+    """Re-observe the cluster and apply stored plan PLAN_ID exactly, if it still holds there.
+    Ctrl-C or SIGTERM lets the action in flight end and starts no other; the plan is then PARTIAL."""
     from ...act.apply import apply_plan  # lazy: start-up speed
     from ..wiring import live_services
 
     inv = load_inventory(inventory)
     log = lambda text: err.print(text, markup=False, highlight=False)  # noqa: E731
-    with open_store(db) as store:
+    with open_store(db) as store, interruptible() as stop:
         services = live_services(inv, store, err)
         try:
             result = apply_plan(store, inv, plan_id, partial=partial, decided_by=f"cli:{getpass.getuser()}",
-                                services=services, log=log)
+                                services=services, log=log, stop_requested=stop)
         finally:
             services.close()
     if json_out:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        stop.exit_if_asked()
         return
     rows = [{"#": a["index"] + 1, "action": a["action"], "state": a["state"] or "-", "reason": a["reason"] or ""}
             for a in result.to_json()["actions"]]
     print_table(out, COLUMNS, rows, wide=wide, title=f"Plan {plan_id}: {result.status.value}")
     for line in result.errors:
         out.print(f"error: {line}", markup=False, highlight=False)
+    stop.exit_if_asked()
     if result.status.value == "FAILED":
         raise typer.Exit(1)
 

@@ -126,12 +126,12 @@ def manual_lease(store: Any, role: str) -> Any:
 class Interrupt:
     """What `interruptible` yields: whether the work should stop (a signal, or the lease lost)."""
 
-    def __init__(self, lease: Any) -> None:
+    def __init__(self, lease: Any = None) -> None:
         self.lease = lease
         self.signals: list[int] = []
 
     def __call__(self) -> bool:
-        return bool(self.signals) or self.lease.lost.is_set()
+        return bool(self.signals) or (self.lease is not None and self.lease.lost.is_set())
 
     def exit_if_asked(self) -> None:
         """After the command reported what it did: exit 128 + the signal, as an interrupted
@@ -144,11 +144,11 @@ class Interrupt:
 
 
 @contextmanager
-def interruptible(lease: Any) -> Iterator[Interrupt]:
+def interruptible(lease: Any = None) -> Iterator[Interrupt]:
     """For the commands that act on nodes by hand: Ctrl-C and SIGTERM do not abort at once (which
     would leave a frozen container behind) but ask the work in flight to stop; the `Interrupt`
-    this yields is also true once the lease is lost. The command settles what it started, reports
-    it, then calls `exit_if_asked`."""
+    this yields is also true once `lease` (when given; `apply` holds its own) is lost. The command
+    settles what it started, reports it, then calls `exit_if_asked`."""
     import signal  # lazy: start-up speed (each command loads only what it uses)
 
     stop = Interrupt(lease)
