@@ -81,6 +81,5 @@ class Repo:
                 if session.execute(ours).rowcount != 1:
                     row = session.get(L, 1)
                     who = f"controller {row.holder}" if row is not None and row.holder else "another controller"
-                    raise FencedError(f"--db: {who} took over (lease token {row.token if row else '?'} > {token}); "
-                                      "this one stops")
+                    raise FencedError(f"{who} took over (lease token {row.token if row else '?'} > {token})")
             yield session

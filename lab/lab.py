@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from peakpack.orchestrator.domain import inputs
+
 from .faults import FULL_BYTES, Fault, disk_free_bytes, free_disk, heal, inject, partitioned
 from .image import LAB_IMAGE, build_rootfs_tar
 from .layout import STATE_FILE, LabLayout, NodeLayout
@@ -106,12 +108,9 @@ class Lab:
             notice = _stderr
         if os.geteuid() != 0:
             raise LabError("lab up: needs root (network namespaces, dockerd); run it as root")
-        if not 1 <= nodes <= 40:
-            raise LabError(f"--nodes: {nodes} is out of range; use 1..40")
-        if cpus < 1:
-            raise LabError(f"--cpus: {cpus} must be >= 1")
-        if not 1 <= disk_gb <= 1024:
-            raise LabError(f"--disk-gb: {disk_gb} is out of range; use 1..1024")
+        inputs.LAB_NODES.check(nodes, "--nodes")
+        inputs.NODE_CPUS.check(cpus, "--cpus")
+        inputs.LAB_DISK_GB.check(disk_gb, "--disk-gb")
         missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
         if missing:
             raise LabError(f"lab up: {', '.join(missing)} missing; run scripts/install-system-deps.sh as root")

@@ -126,9 +126,26 @@ class ReviewConfig:
 @dataclass(frozen=True)
 class WebConfig:
     """The web page (inventory `[web]`): approving or rejecting a plan there needs the token in
-    `token_file`; without one the page is read-only."""
+    `token_file`; without one the page is read-only. `token_for_reads`: the page itself needs the
+    token too (HTTP basic auth, any user name). `hosts`: the names the page may be reached by,
+    beside its listening address (the Host header is checked: no DNS rebinding)."""
 
     token_file: Path | None = None
+    token_for_reads: bool = False
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How long the store keeps what (inventory `[store]`, in days): raw demand and energy rows
+    `raw_days`, then summed per hour for `hourly_days`; plans with their actions, migrations,
+    power events, pinnings and approvals `history_days`. Each epoch the controller prunes at most
+    `prune_rows` rows per table, so catching up never makes an epoch slow."""
+
+    raw_days: int = 14
+    hourly_days: int = 730
+    history_days: int = 400
+    prune_rows: int = 20000
 
 
 @dataclass(frozen=True)
@@ -144,6 +161,7 @@ class Inventory:
     planner_sources: tuple[tuple[str, str], ...] = ()
     web: WebConfig = field(default_factory=WebConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
     windows: tuple[Window, ...] = ()
 

@@ -16,6 +16,7 @@ fenced with the lease token of the process that holds it):
     Journal.traffic     TrafficRepo     bytes per container pair per conntrack read
     Journal.savings     SavingsRepo     the energy saved: time off, migrations and wakes measured
     Journal.lease       LeaseRepo       the controller lease
+    Journal.approvals   ApprovalRepo    plans approved on a web page, for the leader to run
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from .model import ClusterSnapshot
+from .model import ClusterSnapshot, StoreConfig
 from .plan import Action, Plan
 from .records import (
     ActionRecord,
+    ApprovalRecord,
+    ApprovalState,
     DemandRecord,
     EnergyRow,
     EnergySample,
@@ -36,6 +39,7 @@ from .records import (
     MigrationRecord,
     PlanRecord,
     PowerEventRecord,
+    Pruned,
     StepRecord,
     TrafficRead,
     TrafficRecord,
@@ -133,7 +137,7 @@ class PinningRepo(Protocol):
 class PowerRepo(Protocol):
     def begin(self, node: str, action: str, reason: str | None = None) -> int: ...
     def finish(self, event_id: int, state: str, detail: str | None = None) -> None: ...
-    def events(self, since: datetime | None = None) -> list[PowerEventRecord]: ...
+    def events(self, since: datetime | None = None, state: str | None = None) -> list[PowerEventRecord]: ...
     def woken_since(self, since: datetime) -> dict[str, datetime]: ...
     def quarantine(self, node: str, reason: str) -> None: ...
     def clear_quarantine(self, node: str) -> None: ...
@@ -153,7 +157,7 @@ class EnergyRepo(Protocol):
 class DemandRepo(Protocol):
     def add(self, rows: Sequence[DemandRecord]) -> None: ...
     def history(self, container: str | None = None, since: datetime | None = None) -> list[DemandRecord]: ...
-    def latest(self) -> dict[str, DemandRecord]: ...
+    def latest(self, since: datetime | None = None) -> dict[str, DemandRecord]: ...
 
 
 class TrafficRepo(Protocol):
@@ -174,6 +178,17 @@ class LeaseRepo(Protocol):
     def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
     def release(self, owner: str, token: int) -> None: ...
     def holder(self) -> LeaseRecord | None: ...
+    def token(self) -> int | None: ...
+
+
+class ApprovalRepo(Protocol):
+    def request(self, plan_id: int, partial: bool, requested_by: str) -> int: ...
+    def pending(self) -> list[ApprovalRecord]: ...
+    def get(self, approval_id: int) -> ApprovalRecord: ...
+
+    def finish(self, approval_id: int, state: ApprovalState, outcome: str | None, applied_by: str) -> bool:
+        """PENDING -> APPLIED or REFUSED, once (False when another already finished it)."""
+        ...
 
 
 class Journal(Protocol):
@@ -189,6 +204,14 @@ class Journal(Protocol):
     traffic: TrafficRepo
     savings: SavingsRepo
     lease: LeaseRepo
+    approvals: ApprovalRepo
 
     def fence(self, token: int | None) -> None: ...
+
+    def check_fence(self) -> None:
+        """FencedError once another controller took the lease of a fenced handle: before an
+        action on a node that no journal write precedes."""
+        ...
+
+    def prune(self, retention: StoreConfig, now: datetime) -> Pruned: ...
     def disruption_since(self, since: datetime) -> tuple[int, int]: ...

@@ -251,3 +251,44 @@ class TrafficRead(JsonRecord):
     unaccounted: int
     measured: bool
     note: str | None = None
+
+
+class ApprovalState(StrEnum):
+    """A plan approved on a web page: PENDING until the controller that leads took it, then
+    APPLIED (it ran: the plan has its final status) or REFUSED (the outcome says why)."""
+
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+    REFUSED = "REFUSED"
+
+
+@dataclass(frozen=True)
+class ApprovalRecord(JsonRecord):
+    """One approval handed to the leader through the store (`PlanRepo.request_approval`)."""
+
+    id: int
+    plan_id: int
+    partial: bool
+    requested_by: str
+    requested_at: datetime
+    state: ApprovalState
+    outcome: str | None = None
+    applied_by: str | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Pruned(JsonRecord):
+    """What one round of retention did (`Journal.prune`): rows summed into hourly aggregates, and
+    rows removed, per table."""
+
+    aggregated: dict[str, int]
+    removed: dict[str, int]
+
+    def __bool__(self) -> bool:
+        return any(self.aggregated.values()) or any(self.removed.values())
+
+    def summary(self) -> str:
+        parts = [f"{n:,} {t} rows into hours" for t, n in self.aggregated.items() if n]
+        parts += [f"{n:,} {t} rows removed" for t, n in self.removed.items() if n]
+        return ", ".join(parts)

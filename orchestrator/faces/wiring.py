@@ -29,6 +29,9 @@ from ..observe.cluster import observe_and_record, observe_node
 from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
 
+#: how long a node switched off may still answer SSH
+POWER_OFF_WAIT_S = 120.0
+
 
 class LiveOps:
     """NodeOps on real nodes; every power switch is journaled as a power event, and measured
@@ -76,8 +79,9 @@ class LiveOps:
         event = self.store.power.begin(node, "power_off", reason)
         try:
             ipmi.switch(self.inventory.node(node), ipmi.Chassis.SOFT)
-            if not self._wait(node, False, 120):
-                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after 120 s")
+            if not self._wait(node, False, POWER_OFF_WAIT_S):
+                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after "
+                                 f"{POWER_OFF_WAIT_S:g} s")
         except PeakpackError as exc:
             self.store.power.finish(event, "FAILED", str(exc))
             raise
@@ -110,10 +114,13 @@ class LiveOps:
         return self.shell.run(node, ["docker", "ps", "-q"], timeout=30).stdout.strip() == ""
 
 
-def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[str]:
+def reconcile(inventory: Inventory, store: Store, shell: RemoteShell,
+              stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Repair what a crash left ONGOING by looking at the nodes, never assuming success: the
-    migrations first, then the power events, then the plan actions they belonged to."""
-    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory)))
+    migrations first, then the power events, then the plan actions they belonged to. Once
+    `stop_requested()` no further migration is settled (the one in progress ends)."""
+    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory),
+                                            stop_requested=stop_requested))
     lines += reconcile_power_events(store.power, inventory)
     lines += finish_unfinished_actions(store, lambda node: bmc_is_on(inventory, node))
     return lines

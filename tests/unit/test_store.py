@@ -14,12 +14,15 @@ import pytest
 
 import peakpack.db.repos
 from peakpack.db.connect import _head_revision
+from peakpack.db.schema import PinningRow
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
 from peakpack.orchestrator.domain.inputs import parse_duration
+from peakpack.orchestrator.domain.model import StoreConfig
 from peakpack.orchestrator.domain.records import (
+    ApprovalState,
     DemandRecord,
     EnergyRow,
     EnergySample,
@@ -225,6 +228,10 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "traffic.add": lambda: old.traffic.add([TrafficRead(t0, "node-1", None, 0, 0, True)], []),
             "savings.add": lambda: old.savings.add(SavingRecord(SavingKind.OFF, "node-3", None, t0)),
             "savings.close": lambda: old.savings.close(1, t0),
+            "approvals.request": lambda: old.approvals.request(plan_id, False, "web:ana"),
+            "approvals.finish": lambda: old.approvals.finish(1, ApprovalState.APPLIED, "APPLIED", "old"),
+            "retention._sum_hours": lambda: old.prune(StoreConfig(raw_days=1), t0 + timedelta(days=800)),
+            "retention._remove": lambda: old._retention._remove(PinningRow, PinningRow.at < t0, 10),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for write in writes.values():

@@ -10,8 +10,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, open_store, out, since_time
+from .common import DbOpt, JsonOpt, SinceOpt, checked, open_store, out, since_time
 from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
 
 
@@ -149,10 +150,11 @@ def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> Non
 
 def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
-    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
+    since: SinceOpt = None,
     by: Annotated[Optional[GroupBy], typer.Option(
         help="Energy per node or per container; savings per day or per plan (default: in total).")] = None,
-    container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
+    container: Annotated[Optional[str], typer.Option(callback=checked(inputs.container_name),
+                                                     help="`history demand` of this container only.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import ClusterSnapshot, Inventory
-from .common import DbOpt, InventoryOpt, JsonOpt, err, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, checked, err, open_store, out
 from .tables import Column, WideOpt, print_table
 
 if TYPE_CHECKING:
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 SnapshotOpt = Annotated[
     Optional[Path],
-    typer.Option("--snapshot", "-s", help="Observed state as JSON; default: observe the nodes "
+    typer.Option("--snapshot", "-s", exists=True, dir_okay=False,
+                 help="Observed state as JSON; default: observe the nodes "
                  "(or the embedded demo snapshot with the demo inventory)."),
 ]
 
@@ -102,12 +104,12 @@ def plan(
     inventory: InventoryOpt = None,
     snapshot: SnapshotOpt = None,
     policy: Annotated[str, typer.Option(help="peakpack, noop, ffd, bestfit95, spread, dotproduct")] = "peakpack",
-    time_limit: Annotated[Optional[float], typer.Option(
-        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
-    explain: Annotated[Optional[str], typer.Option("--explain", metavar="CONTAINER",
-                                                   help="Also print why CONTAINER moves or stays.")] = None,
+    explain: Annotated[Optional[str], typer.Option(
+        "--explain", metavar="CONTAINER", callback=checked(inputs.container_name),
+        help="Also print why CONTAINER moves or stays.")] = None,
     db: DbOpt = None,
 ) -> None:
     """Compute a plan, store it RECOMMENDED and print it; nothing on the nodes changes.
@@ -164,7 +166,7 @@ SHOW_COLUMNS = (
 
 @app.command("show")
 def show(
-    plan_id: Annotated[int, typer.Argument(metavar="PLAN_ID", help="A plan's id (`peakpack history plans`).")],
+    plan_id: PlanIdArg,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,
