@@ -7,6 +7,8 @@ aggregate (`domain.ports.Journal` is the protocol the other stages depend on):
     power       power events, quarantine, idle nodes    repos/power.py
     energy      counter samples and energy rows         repos/energy.py
     demand      container demand per observation        repos/demand.py
+    pressure    container stall per observation         repos/pressure.py
+    qos         what the nodes' QoS guards did          repos/qos.py
     lease       the controller lease                    repos/lease.py
 
 SQLite (default, WAL, busy_timeout, foreign keys) or any SQLAlchemy URL (PostgreSQL works
@@ -32,6 +34,8 @@ from .repos.migrations import MigrationRepo
 from .repos.pinning import PinningRepo
 from .repos.plans import PlanRepo
 from .repos.power import PowerRepo
+from .repos.pressure import PressureRepo
+from .repos.qos import QosRepo
 from .schema import MigrationRow, PowerEventRow
 
 __all__ = ["Store", "default_url"]
@@ -61,6 +65,8 @@ class Store:
         self.power = PowerRepo(self._db)
         self.energy = EnergyRepo(self._db)
         self.demand = DemandRepo(self._db)
+        self.pressure = PressureRepo(self._db)
+        self.qos = QosRepo(self._db)
         self.lease = LeaseRepo(self._db)
         self._disruption = _Disruption(self._db)
 

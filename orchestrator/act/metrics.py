@@ -24,6 +24,9 @@ class ControllerMetrics:
         self.plan_seconds = Histogram("peakpack_plan_seconds", "Solver time per epoch", registry=self.registry,
                                       buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.epochs = Counter("peakpack_epochs", "Epochs by outcome", ["outcome"], registry=self.registry)
+        self.qos_events = Counter("peakpack_qos_events", "Events of the nodes' QoS guards (cpu_suppress, mem_evict, "
+                                  "...) and the controller's restarts, by node and kind", ["node", "kind"],
+                                  registry=self.registry)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -13,6 +13,8 @@ fenced with the lease token of the process that holds it):
     Journal.power       PowerRepo       power events, quarantine, nodes idle since when
     Journal.energy      EnergyRepo      counter samples and energy rows
     Journal.demand      DemandRepo      container demand per observation
+    Journal.pressure    PressureRepo    container stall (PSI, run-queue wait) per observation
+    Journal.qos         QosRepo         what the nodes' QoS guards did, and the restarts after
     Journal.lease       LeaseRepo       the controller lease
 """
 
@@ -34,6 +36,8 @@ from .records import (
     MigrationRecord,
     PlanRecord,
     PowerEventRecord,
+    PressureRecord,
+    QosEventRecord,
     StepRecord,
 )
 from .states import ActionState, MigrationState, PlanStatus
@@ -55,6 +59,10 @@ class NodeOps(Protocol):
     def pin(self, node: str) -> None: ...
 
     def hosts_nothing(self, node: str) -> bool: ...
+
+    def start(self, node: str, container: str) -> None:
+        """Start a stopped container where it is (one its node's QoS guard stopped)."""
+        ...
 
 
 @dataclass
@@ -151,6 +159,31 @@ class DemandRepo(Protocol):
     def latest(self) -> dict[str, DemandRecord]: ...
 
 
+class PressureRepo(Protocol):
+    def add(self, rows: Sequence[PressureRecord]) -> None: ...
+    def history(self, container: str | None = None, since: datetime | None = None) -> list[PressureRecord]: ...
+    def latest(self) -> dict[str, PressureRecord]: ...
+
+
+class QosRepo(Protocol):
+    def add(self, events: Sequence[QosEventRecord]) -> int:
+        """Store events not stored yet (by node, log and seq); how many were new."""
+        ...
+
+    def record(self, node: str, kind: str, container: str | None, reason: str) -> None:
+        """An event of the controller's own (log "controller") about a node's guard or container."""
+        ...
+
+    def last_seq(self) -> dict[str, tuple[str, int]]:
+        """node -> (the guard log read last, the newest seq stored of it)."""
+        ...
+
+    def newest_id(self) -> int: ...
+
+    def events(self, since: datetime | None = None, *, after_id: int | None = None,
+               kinds: Sequence[str] = ()) -> list[QosEventRecord]: ...
+
+
 class LeaseRepo(Protocol):
     def acquire(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None: ...
     def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
@@ -168,6 +201,8 @@ class Journal(Protocol):
     power: PowerRepo
     energy: EnergyRepo
     demand: DemandRepo
+    pressure: PressureRepo
+    qos: QosRepo
     lease: LeaseRepo
 
     def fence(self, token: int | None) -> None: ...

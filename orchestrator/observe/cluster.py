@@ -7,7 +7,8 @@ the planner never proposes a move onto an observed node that preflight would ref
 is off has no facts until it is woken; preflight still judges it then).
 A container's CPU is what its cgroup's counters measure (stored every observation; the planner
 gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
-has history, and `peakpack.memory_mb` declares its memory. A node that does
+has history, and `peakpack.memory_mb` declares its memory; `peakpack.qos` its QoS class (a bad
+value: latency-sensitive, and said). A node that does
 not answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
 held: the plan neither moves containers onto or off it nor switches it, and the rest of the
 cluster is planned (and woken) as usual."""
@@ -29,6 +30,7 @@ from ..domain.ports import Journal
 from ..domain.records import DemandRecord
 from ..remote import SshPool
 from ..remote.shell import RemoteShell
+from .qos import qos_of, record_qos
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
 #: a failing `docker ps` fails the node (an error is not an empty node)
@@ -145,12 +147,14 @@ def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usa
             cls = labels.get("peakpack.class", "turtle")
             if cls not in ("devil", "turtle"):
                 raise NodeError(node, f"container {name}: label peakpack.class={cls!r}; use devil or turtle")
+            qos, qos_problem = qos_of(labels)
             result.append(Container(
                 name=name, node=node,
                 cpu=float(labels.get("peakpack.cpu", measured_cpu)),
                 memory_mb=float(labels.get("peakpack.memory_mb", measured_mem)),
                 image=d["Config"]["Image"], cls=ContainerClass(cls), group=labels.get("peakpack.group"),
                 immovable=why_not.get(name), ports=spec.published_ports(d), declared="peakpack.cpu" in labels,
+                qos=qos, qos_problem=qos_problem,
             ))
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
@@ -273,10 +277,20 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
 
 
 def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
-                       bmc_power: PowerProbe) -> ClusterSnapshot:
-    """`observe_cluster`, storing every container's demand since its previous row."""
-    snapshot, usage = observe_usage(inventory, bmc_power, shell)
-    store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
+                       bmc_power: PowerProbe, install_guards: bool = False,
+                       log: Callable[[str], None] = lambda _: None) -> ClusterSnapshot:
+    """`observe_cluster`, storing every container's demand since its previous row, its stall, and
+    what the nodes' QoS guards did (`qos.record_qos`; `install_guards`: and install or update a
+    guard where it is missing or outdated)."""
+    own = shell is None
+    shell = shell or RemoteShell(inventory)
+    try:
+        snapshot, usage = observe_usage(inventory, bmc_power, shell)
+        store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
+        record_qos(inventory, store, shell.pool, shell.call, snapshot, install=install_guards, log=log)
+    finally:
+        if own:
+            shell.close()
     return snapshot
 
 

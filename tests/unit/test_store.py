@@ -18,7 +18,13 @@ from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
 from peakpack.orchestrator.domain.inputs import parse_duration
-from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
+from peakpack.orchestrator.domain.records import (
+    DemandRecord,
+    EnergyRow,
+    EnergySample,
+    PressureRecord,
+    QosEventRecord,
+)
 from peakpack.orchestrator.domain.states import ActionState, MigrationState, PlanStatus
 from tests.support.postgres import drop_schema
 
@@ -29,7 +35,7 @@ def test_sqlite_is_wal_with_foreign_keys_and_schema_at_head(tmp_path: Path) -> N
     Store.open(url).close()  # a second open finds the schema at head and changes nothing
     con = sqlite3.connect(tmp_path / "pp.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005_qos_pressure",)]
     with Store.open(url) as s, s.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -184,6 +190,10 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "plans.set_status": lambda: old.plans.set_status(plan_id, PlanStatus.APPLYING,
                                                            only_from=[PlanStatus.RECOMMENDED]),
             "plans.expire": lambda: old.plans.expire(),
+            "pressure.add": lambda: old.pressure.add([PressureRecord(t0, "web-1", "node-1", "ls", 60.0, 0.1, 0.0,
+                                                                     0.0, None, 10**6, 0, 0, None)]),
+            "qos.add": lambda: old.qos.add([QosEventRecord("node-1", "a1b2", 1, t0, "cpu_suppress")]),
+            "qos.record": lambda: old.qos.record("node-1", "be_restart", "batch-1", "room again"),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for write in writes.values():
@@ -199,7 +209,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
         assert old.pinning.history() == [] and old.power.quarantined() == {} and old.power.idle_since("node-3") is None
         assert [p.state for p in old.power.events()] == ["ONGOING"]
         assert old.energy.samples("node-1", "rapl") == [] and old.energy.history() == []
-        assert old.demand.history() == []
+        assert old.demand.history() == [] and old.pressure.history() == [] and old.qos.events() == []
     store.plans.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
     store.fence(None)
     with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before

@@ -10,13 +10,16 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
   migration budget left cannot empty its node; its node may not be switched off (power-off budget
   or window, or a power rule: grace, break-even, quarantine); pinned by hysteresis; may run on no
   other node; otherwise moving it would cost more than it saves.
+
+A container on a node that plans under a lowered cap (its latency-sensitive containers stalled,
+`decide/qos.py`) gets that cap and why appended, moving or staying.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ...domain.capacity import over_cap_nodes
+from ...domain.capacity import node_cap, over_cap_nodes
 from ...domain.model import ClusterSnapshot, Container, Inventory, node_loads
 from ...domain.plan import ActionKind, Plan
 from .problem import PlacementProblem
@@ -41,17 +44,20 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
         if c.name in moves:
             route = " -> ".join([c.node, *moves[c.name]])
             if c.node in over:
-                why = f"{c.node} is over the {problem.cpu_cap:.0%} CPU cap or its memory cap"
+                cap = node_cap(inv.node(c.node), problem.cpu_cap)
+                why = f"{c.node} is over its {cap:.0%} CPU cap or its memory cap"
             elif c.node in switched_off:
                 why = (f"empties {c.node}, which is switched off: saves {draws[c.node]:.0f} W "
                        "(power model, its draw now)")
             else:
                 why = "lowers the objective (devils sharing a node, a group spread out, or power)"
             lines[c.name] = f"moves {route}: {why}"
-            continue
-        lines[c.name] = f"stays on {c.node}: " + _why_stays(
-            problem, c, len(plan.migrations), power_offs, staying[c.node]
-        )
+        else:
+            lines[c.name] = f"stays on {c.node}: " + _why_stays(
+                problem, c, len(plan.migrations), power_offs, staying[c.node]
+            )
+        if c.node in problem.lowered_caps:
+            lines[c.name] += f" ({c.node}: {problem.lowered_caps[c.node]})"
     return lines
 
 

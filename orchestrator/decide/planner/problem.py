@@ -66,6 +66,8 @@ class PlacementProblem:
     pinned: Mapping[str, str] = field(default_factory=dict)
     #: nodes the rules keep in their power state this epoch (not power-managed here) -> why
     keep_power: Mapping[str, str] = field(default_factory=dict)
+    #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/qos.lowered_caps`)
+    lowered_caps: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cpu_cap(self) -> float:

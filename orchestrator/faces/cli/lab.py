@@ -31,11 +31,13 @@ def up(
     cpus: Annotated[int, typer.Option("--cpus", help="CPUs each node declares in the inventory.")] = 2,
     disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", help="GiB of each node's own filesystem (a sparse "
                                                    "image under DIR holding its docker data-root); default 8.")] = None,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", help="Memory each node declares; its containers "
+                                           "together are limited to it (as to its CPUs).")] = 4096,
     folder: DirOpt = None,
 ) -> None:
     """Create the nodes, start their services, write DIR/inventory.toml."""
     lab = _lab(folder)
-    sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
+    sizes = {"memory_mb": memory_mb} if disk_gb is None else {"disk_gb": disk_gb, "memory_mb": memory_mb}
     with err.status("bringing the lab up") as status:
         lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
     out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
