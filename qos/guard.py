@@ -1057,7 +1057,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             s.add_argument("--no-psi", action="store_true", help="act as on a kernel without PSI")
         if name == "report":
             s.add_argument("--after", type=int, default=0, help="events with seq > AFTER ...")
-            s.add_argument("--log", default="", help="... of this log (another log: all of its events)")
+            s.add_argument("--log", default="", help="... of this log (another log: all of its events; *: any log)")
     return p.parse_args(argv)
 
 
@@ -1140,7 +1140,7 @@ def report(state_dir: str, after: int, log: str) -> dict[str, Any]:
     runs and which build (of this file and of guard.json), its events since the last one stored
     (all of them when the log is not the one the controller knows), and its current view."""
     current = (read(os.path.join(state_dir, "log.id")) or "").strip()
-    events, lost = events_after(state_dir, after if current == log else 0)
+    events, lost = events_after(state_dir, after if log in (current, "*") else 0)
     try:
         state = json.loads(read(os.path.join(state_dir, "state.json")) or "null")
     except ValueError:

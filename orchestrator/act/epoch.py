@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from ..decide.demand import Forecast, forecast_demand
 from ..decide.forecast import window_epochs
 from ..decide.predict import Prediction, predict
-from ..decide.qos import EVICTED, RESTART_FAILED, RESTARTED, restarts
+from ..decide.qos import EVICTED, RESTART_FAILED, RESTARTED, LoweredCap, restarts
 from ..decide.review import inventory_digest
 from ..decide.solve import DEFAULT_POLICY, hold_unsettled, make_plan
 from ..domain.budgets import allowance_at
@@ -49,6 +49,7 @@ class Proposal:
     status: PlanStatus
     expires_at: datetime
     forecasts: Mapping[str, Forecast]
+    lowered: Mapping[str, LoweredCap]  # nodes planned under a lower cap (their containers stalled)
 
 
 def expires_at(inventory: Inventory, made: datetime | None = None) -> datetime:
@@ -142,8 +143,9 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
     snapshot, forecasts = planning_view(journal, inventory, observed)
     allowance = allowance_at(inventory.budgets, inventory.windows, datetime.now(UTC),
                              journal.disruption_since)
+    facts = remembered(journal, inventory, snapshot, record=remember)
     plan = make_plan(inventory, snapshot, policy=policy, time_limit_s=time_limit_s, dry_run=dry_run,
-                     facts=remembered(journal, inventory, snapshot, record=remember), allowance=allowance)
+                     facts=facts, allowance=allowance)
     if adjust is not None:
         plan = adjust(plan, snapshot)
     prediction = predict(inventory, snapshot, plan, inventory.planner, journal.migrations.frozen_history())
@@ -152,7 +154,7 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
                                  expires_at=until, inventory_digest=inventory_digest(inventory),
                                  prediction=prediction.to_json(),
                                  action_predictions=[a.to_json() for a in prediction.actions])
-    return Proposal(replace(plan, plan_id=plan_id), snapshot, prediction, status, until, forecasts)
+    return Proposal(replace(plan, plan_id=plan_id), snapshot, prediction, status, until, forecasts, facts.lowered)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .model import (
     NodeSpec,
     NodeState,
     PowerCurve,
+    QosClass,
     ReviewConfig,
     SshConfig,
     WebConfig,
@@ -497,6 +498,7 @@ class _SnapContainer(_Strict):
     immovable: str | None = None
     ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
     declared: bool = False
+    qos: Literal["ls", "be"] = "ls"
 
 
 class _Snapshot(_Strict):
@@ -536,7 +538,7 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             )
         containers.append(
             Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
-                      c.immovable, tuple(c.ports), c.declared)
+                      c.immovable, tuple(c.ports), c.declared, qos=QosClass(c.qos))
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:
@@ -569,12 +571,12 @@ def load_snapshot(path: str | os.PathLike[str], inventory: Inventory) -> Cluster
 
 def demo_inventory() -> Inventory:
     """The embedded example cluster, so `peakpack plan` works on a fresh install."""
-    files = resources.files("inventory")
+    files = resources.files("peakpack.inventory")
     text = (files / "demo.toml").read_text()
     return parse_inventory(text, base=Path("."), source=Path("<embedded demo.toml>"))
 
 
 def demo_snapshot(inventory: Inventory) -> ClusterSnapshot:
-    files = resources.files("inventory")
+    files = resources.files("peakpack.inventory")
     data = json.loads((files / "demo-snapshot.json").read_text())
     return parse_snapshot(data, inventory, label="<embedded demo-snapshot.json>")
