@@ -348,7 +348,7 @@ class CpuSuppress:
         stall_breach = stall > s.stall_watermark and busy
         if stall_breach and stalled is not None:
             reasons.append(f"{stalled.name} stalled {stall:.0%} ({stalled.stall_source})")
-        breach = bool(reasons) and bool(be)
+        breach = bool(reasons) and bool(be) and bool(ls)  # no latency-sensitive container: nothing to protect
         if breach:
             if self.breaches == 0:
                 self.first_breach_ts = now
