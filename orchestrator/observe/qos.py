@@ -17,7 +17,7 @@ Neither can fail an observation: a node that does not answer them is logged and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -132,7 +132,11 @@ def record_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callabl
     `call` runs a coroutine on the shell's loop (`RemoteShell.call`)."""
     nodes = [n.name for n in snapshot.nodes if n.powered and n.name not in snapshot.held]
     after = store.qos.last_seq()
-    results: Sequence[NodeQos] = call(asyncio.gather(*(read_node(ssh, n, after.get(n), snapshot) for n in nodes)))
+
+    async def read_all() -> list[NodeQos]:
+        return list(await asyncio.gather(*(read_node(ssh, n, after.get(n), snapshot) for n in nodes)))
+
+    results = call(read_all())
     readings = [r for q in results for r in q.readings]
     if readings:
         store.pressure.add(pressure_records(readings, store.pressure.latest(), snapshot.taken_at))
