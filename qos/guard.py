@@ -14,7 +14,9 @@ Containers are latency-sensitive (label `peakpack.qos=ls`, the default) or best-
   containers are busy, for `breaches_to_act` checks in a row: they may use
   `capacity x be_share - latency-sensitive use` (at least `capacity x be_floor`), written as each
   container's own CFS quota (never `docker update`: nothing travels with a migrated container's
-  HostConfig); the cap comes back one step per clear check after `clears_to_restore` clear ones,
+  HostConfig) and, on a node with more than one CPU, kept off at least one of its CPUs
+  (Koordinator's cpuset policy: a latency-sensitive container that wakes finds a CPU no
+  best-effort one holds); the cap comes back one step per clear check after `clears_to_restore` clear ones,
   and is lifted once best-effort no longer presses against it or no latency-sensitive container
   is left;
 - stops the lowest-priority, largest best-effort container when the node's available memory falls
@@ -37,11 +39,13 @@ import fcntl
 import hashlib
 import http.client
 import json
+import math
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,7 +210,7 @@ def parse_mountinfo(text: str) -> Mounts:
             v2 = point
         elif rfields[0] == "cgroup":
             for opt in rfields[2].split(","):
-                if opt in ("cpu", "cpuacct", "memory"):
+                if opt in ("cpu", "cpuacct", "memory", "cpuset"):
                     v1.setdefault(opt, point)
     return Mounts(v1, v2)
 
@@ -226,6 +230,38 @@ def parse_proc_cgroup(text: str) -> tuple[dict[str, str], str | None]:
             if c:
                 v1[c] = path
     return v1, v2
+
+
+def parse_cpus(text: str | None) -> list[int]:
+    """A cpuset list ("0-2,5") -> [0, 1, 2, 5]."""
+    cpus: list[int] = []
+    for part in (text or "").strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def format_cpus(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def be_cpus(node_cpus: list[int], allowed: float) -> list[int] | None:
+    """The CPUs best-effort containers are kept on while capped: as many as the cores they are
+    allowed (at least one), and never all of the node's, so a latency-sensitive container that wakes
+    finds a CPU that no best-effort one holds; None when the node has one CPU (nothing to keep free)."""
+    if len(node_cpus) < 2:
+        return None
+    k = min(len(node_cpus) - 1, max(1, math.ceil(allowed - 1e-9)))
+    return sorted(node_cpus)[-k:]
 
 
 def qos_class(labels: dict[str, str]) -> tuple[str, str | None]:
@@ -293,7 +329,8 @@ class Decision:
     reason: str
     facts: dict[str, Any] = field(default_factory=dict)
     quotas: dict[str, int | None] = field(default_factory=dict)  # cpu: container -> quota (None: lifted)
-    victims: tuple[str, ...] = ()                                    # memory: containers to stop
+    cpus: list[int] | None = None  # cpu: the CPUs best-effort is kept on (None: each its own set again)
+    victims: tuple[str, ...] = ()  # memory: containers to stop
 
 
 def split_quota(be: list[Seen], allowed: float) -> dict[str, int]:
@@ -332,8 +369,9 @@ class CpuSuppress:
     misses: int = 0
     stall_at_tighten: float | None = None
 
-    def step(self, seen: list[Seen], node_cores: float, capacity: float, s: Settings,
-             now: float) -> Decision | None:
+    def step(self, seen: list[Seen], node_cores: float, capacity: float, s: Settings, now: float,
+             node_cpus: Sequence[int] = ()) -> Decision | None:
+        """One check. `node_cpus`: the CPUs the node's containers may run on (its cpuset)."""
         ls = [c for c in seen if c.qos == "ls"]
         be = [c for c in seen if c.qos == "be" and not c.held]
         # a held best-effort container keeps its CPU: it counts as latency-sensitive use
@@ -395,14 +433,15 @@ class CpuSuppress:
         changed = {n: q for n, q in split_quota(be, self.allowed).items()
                    if before is None or now_us[n] is None or abs(now_us[n] - q) >= skip}  # type: ignore[operator]
         facts["allowed_cores"] = round(self.allowed, 3)
+        cpus = be_cpus(list(node_cpus), self.allowed)
         if before is None:
             facts["first_breach_ts"] = round(self.first_breach_ts, 3)
-            return Decision("cpu_suppress", "; ".join(reasons), facts, dict(changed))
+            return Decision("cpu_suppress", "; ".join(reasons), facts, dict(changed), cpus)
         if not changed:
             return None
         why = "; ".join(reasons) + note if breach else \
-            "clear: giving back" if self.clears >= s.clears_to_restore else "latency-sensitive use changed"
-        return Decision("cpu_adjust", why, facts, dict(changed))
+            "clear: giving back" if self.allowed > before else "latency-sensitive use grew: the cap follows"
+        return Decision("cpu_adjust", why, facts, dict(changed), cpus)
 
 
 def choose_victims(be: list[Seen], need: int) -> tuple[str, ...]:
@@ -491,6 +530,7 @@ class Cgroup:
             return mounts.v1[controller] + v1[controller] if controller in v1 and controller in mounts.v1 else None
 
         self.cpu, self.cpuacct, self.memory = v1_dir("cpu"), v1_dir("cpuacct"), v1_dir("memory")
+        self.cpuset = v1_dir("cpuset")
         self.v2 = mounts.v2 + v2 if (mounts.v2 is not None and v2 is not None) else None
         self.rel = v1.get("cpu") or v2 or ""  # its path inside its hierarchy: what node scoping compares
         self.with_psi = psi
@@ -563,6 +603,24 @@ class Cgroup:
         else:
             raise OSError(errno.ENOENT, "no cpu controller for this cgroup")
 
+    def _cpuset_file(self) -> str | None:
+        if self.cpuset:
+            return self.cpuset + "/cpuset.cpus"
+        return f"{self.v2}/cpuset.cpus" if self.v2 and os.path.exists(f"{self.v2}/cpuset.cpus") else None
+
+    def cpus(self) -> list[int]:
+        """The CPUs it may run on (its effective set when its own is inherited, as in v2)."""
+        path = self._cpuset_file()
+        if path is None:
+            return []
+        return parse_cpus(read(path)) or parse_cpus(read(path.replace("cpuset.cpus", "cpuset.cpus.effective")))
+
+    def set_cpus(self, cpus: list[int]) -> None:
+        path = self._cpuset_file()
+        if path is None:
+            raise OSError(errno.ENOENT, "no cpuset controller for this cgroup")
+        write(path, format_cpus(cpus))
+
     def lowest_weight(self) -> bool:
         """v1 cpu.shares 2 / v2 cpu.weight 1 (the lowest each allows); True when it had to be written
         (a new cgroup: the container started, restarted or was restored)."""
@@ -593,6 +651,10 @@ class NodeScope:
     def _cpus(self) -> float:
         quota = self.cg.quota_us() if self.cg else None
         return quota / PERIOD_US if quota else float(len(os.sched_getaffinity(0)))
+
+    def cpu_list(self) -> list[int]:
+        """The CPUs the node's containers may run on: its parent's cpuset, or the host's."""
+        return (self.cg.cpus() if self.cg else []) or sorted(os.sched_getaffinity(0))
 
     def contains(self, cg: Cgroup) -> bool:
         return self.path is None or cg.rel.startswith(self.path + "/")
@@ -764,6 +826,9 @@ class Tracked:
         self.throttled = cg.nr_throttled()
         self.oom_adjusted: set = set()
         self.seen = Seen(name, qos, quota_us=cg.quota_us(), ceiling_us=ceiling, priority=priority)
+        #: its own CPUs (Docker's, or peakpack's pinning): given back when the cap is lifted
+        self.own_cpus = cg.cpus()
+        self.kept_on: list[int] | None = None  # the CPUs the guard keeps it on now
 
     def sample(self, dt: float, held: bool, with_memory: bool) -> Seen:
         cpu = self.cg.cpu_ns()
@@ -932,7 +997,8 @@ class Guard:
         self.node_cores = (cpu - self.node_cpu_ns) / 1e9 / dt if cpu is not None and self.node_cpu_ns is not None \
             else sum(c.cores for c in seen)
         self.node_cpu_ns = cpu
-        self.apply(self.cpu.step(seen, self.node_cores, self.scope.capacity, self.settings, now))
+        self.apply(self.cpu.step(seen, self.node_cores, self.scope.capacity, self.settings, time.time(),
+                                 self.scope.cpu_list()))
         limit, available = self.scope.memory()
         full_us = self.scope.memory_full_us()
         full = (full_us - self.node_full_us) / 1e6 / dt if full_us is not None and self.node_full_us is not None \
@@ -953,10 +1019,12 @@ class Guard:
             try:
                 by_name[name].cg.set_quota_us(quota)
                 written[name] = quota
+                self.keep_on(by_name[name], decision.cpus)
             except (KeyError, OSError) as exc:
                 self.log.emit("error", container=name, reason=f"cpu quota: {exc}")
         if decision.kind.startswith("cpu_"):
-            self.log.emit(decision.kind, reason=decision.reason, quota_us=written, **decision.facts)
+            cpus = {} if decision.cpus is None else {"be_cpus": format_cpus(decision.cpus)}
+            self.log.emit(decision.kind, reason=decision.reason, quota_us=written, **cpus, **decision.facts)
         for name in decision.victims:
             t = by_name[name]
             began = time.monotonic()
@@ -973,6 +1041,16 @@ class Guard:
         if decision.kind == "mem_no_victim":
             self.log.emit(decision.kind, reason=decision.reason, **decision.facts)
 
+    def keep_on(self, t: Tracked, cpus: list[int] | None) -> None:
+        """Keep a best-effort container on `cpus` (within its own set), or give it its own set back."""
+        now = t.cg.cpus()
+        if t.kept_on is not None and now != t.kept_on:
+            t.own_cpus = now  # someone else set it since (`docker update --cpuset-cpus`, pinning): its own now
+        want = t.own_cpus if cpus is None else [c for c in cpus if c in t.own_cpus] or t.own_cpus
+        if want and want != now:
+            t.cg.set_cpus(want)
+        t.kept_on = None if cpus is None else want
+
     def write_state(self, seen: list[Seen]) -> None:
         limit, available, full = self.mem
         usage = os.times()
@@ -988,6 +1066,9 @@ class Guard:
                                     "stall": None if c.stall is None else round(c.stall, 3),
                                     "quota_us": c.quota_us, "working_set_mb": c.working_set >> 20}
                            for c in seen},
+            # what a restarted guard gives back when it lifts a cap it finds
+            "own_cpus": {t.name: format_cpus(t.own_cpus) for t in self.tracked.values()
+                         if t.qos == "be" and t.kept_on is not None},
             "evicted": self.evicted,
         }
         write_atomic(os.path.join(self.state_dir, "state.json"), json.dumps(state))
@@ -999,6 +1080,13 @@ class Guard:
             self.discover()
         except OSError:
             return
+        try:
+            before = json.loads(read(os.path.join(self.state_dir, "state.json")) or "{}").get("own_cpus") or {}
+        except (ValueError, AttributeError):
+            before = {}
+        for t in self.tracked.values():
+            if t.name in before:
+                t.own_cpus, t.kept_on = parse_cpus(before[t.name]), t.cg.cpus()
         quotas = [t.seen.quota_us for t in self.tracked.values()
                   if t.qos == "be" and t.seen.quota_us is not None and t.seen.quota_us != t.ceiling]
         if quotas:
@@ -1014,6 +1102,7 @@ class Guard:
             if t.qos == "be":
                 try:
                     t.cg.set_quota_us(t.ceiling)
+                    self.keep_on(t, None)
                     restored[t.name] = t.ceiling
                 except OSError:
                     continue

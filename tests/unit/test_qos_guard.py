@@ -273,6 +273,25 @@ def test_a_restore_gives_back_dockers_own_quota() -> None:
     assert decision is not None and decision.quotas == {"hog": 50_000}
 
 
+def test_cpu_lists_parse_and_print_as_the_kernel_writes_them() -> None:
+    assert guard.parse_cpus("0-2,5\n") == [0, 1, 2, 5] and guard.parse_cpus("") == []
+    assert guard.format_cpus([5, 0, 2, 1]) == "0-2,5" and guard.format_cpus([3]) == "3"
+
+
+def test_capped_best_effort_is_kept_off_at_least_one_cpu_koordinators_cpuset_policy() -> None:
+    assert guard.be_cpus([0], 0.6) is None  # one CPU: nothing to keep free
+    assert guard.be_cpus([0, 1], 0.6) == [1]
+    assert guard.be_cpus([0, 1], 1.3) == [1]  # never all of them
+    assert guard.be_cpus(list(range(16)), 5.2) == [10, 11, 12, 13, 14, 15]
+    machine = CpuSuppress()
+    hot = [ls(stall=0.3), be("hog", 0.9)]
+    suppress = [machine.step(hot, 0.95, 1.0, S, float(i), node_cpus=[0, 1]) for i in range(2)][-1]
+    assert suppress is not None and suppress.cpus == [1]
+    calm = [ls(stall=0.0), be("hog", 0.01, quota=55_000)]
+    restore = [machine.step(calm, 0.05, 1.0, S, float(i), node_cpus=[0, 1]) for i in range(2, 4)][-1]
+    assert restore is not None and restore.kind == "cpu_restore" and restore.cpus is None
+
+
 # -- deciding: memory -----------------------------------------------------------------------------
 
 MiB = 1 << 20
