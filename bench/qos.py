@@ -29,7 +29,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -37,33 +36,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peakpack.lab import Lab
-from tests.support.qos_load import HOG, WEB, Counters, Probe, guard_events, percentile, pid_of, remove, run
+from tests.support.qos_load import (
+    HOG,
+    WEB,
+    Probe,
+    guard_command,
+    guard_events,
+    percentile,
+    pid_of,
+    remove,
+    run,
+    window,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = "node-1"
 
 
-def guard(lab: Lab, command: str) -> None:
-    d = lab.node(NODE).qos_dir
-    proc = lab.exec(NODE, ["python3", f"{d}/guard.py", command, "--state-dir", str(d)])
-    if proc.returncode:
-        raise SystemExit(f"guard {command}: {proc.stderr.strip()}")
-
-
 def phase(name: str, probe: Probe | None, web: int | None, hogs: list[int], seconds: float) -> dict:
     """One window: latencies (when probed), the web's stall and the hogs' cores."""
-    latencies: list[float] = []
-    thread = threading.Thread(target=lambda: latencies.extend(probe.measure(seconds))) if probe else None
-    if thread:
-        thread.start()
     pids = [p for p in (web, *hogs) if p is not None]
-    before = [Counters(p).read() for p in pids]
-    time.sleep(seconds)
-    spans = dict(zip(pids, (Counters(p).read().since(b) for p, b in zip(pids, before, strict=True)), strict=True))
-    if thread:
-        thread.join()
-    row = {"phase": name, "hog_cores": round(sum(spans[p][0] for p in hogs), 3) if hogs else None,
-           "web_stall": round(spans[web][1], 3) if web is not None else None}
+    latencies, spans = window(probe, pids, seconds)
+    by_pid = dict(zip(pids, spans, strict=True))
+    row = {"phase": name, "hog_cores": round(sum(by_pid[p][0] for p in hogs), 3) if hogs else None,
+           "web_stall": round(by_pid[web][1], 3) if web is not None else None}
     if latencies:
         row.update(p50_ms=round(percentile(latencies, 0.5), 2), p99_ms=round(percentile(latencies, 0.99), 2),
                    requests=len(latencies))
@@ -87,14 +83,14 @@ def once(lab: Lab, seconds: float, n: int) -> dict:
     time.sleep(1)
     probe = Probe(lab.node(NODE).address)
     web = pid_of(lab, NODE, "web")
-    guard(lab, "stop")
+    guard_command(lab, NODE, "stop")
     alone = phase("alone", probe, web, [], seconds)
     hogs, _ = start_hogs(lab, n)
     hog_alone = phase("hog alone", None, None, hogs, seconds)
     no_guard = phase("no guard", probe, web, hogs, seconds)
     remove(lab, NODE, *hog_names)
     seen = len(guard_events(lab, NODE))
-    guard(lab, "start")
+    guard_command(lab, NODE, "start")
     time.sleep(2)  # the guard's first checks, with nothing to do yet
     hogs, hogs_at = start_hogs(lab, n)
     guarded = phase("guard", probe, web, hogs, seconds)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +19,14 @@ import pytest
 from peakpack.lab import Lab
 from peakpack.lab.faults import Fault
 from peakpack.lab.node import docker
+from tests.support.labs import lab_up
 from tests.support.qos_load import (
     GROW,
     HOG,
     WEB,
-    Counters,
     Probe,
     cores_and_stall,
+    guard_command,
     guard_events,
     pid_of,
     quota_us,
@@ -35,6 +34,7 @@ from tests.support.qos_load import (
     run,
     running,
     wait_for,
+    window,
 )
 
 pytestmark = pytest.mark.integration
@@ -55,15 +55,10 @@ def peakpack(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def small_lab() -> Iterator[Lab]:
     """Two nodes of 1 CPU and 512 MB, their guards installed with `peakpack qos install`."""
-    folder = Path(tempfile.mkdtemp(prefix="peakpack-qoslab-"))
-    lab = Lab(folder)
-    lab.up(nodes=2, cpus=1, memory_mb=512, log=lambda _: None)
-    try:
+    with lab_up(nodes=2, cpus=1, memory_mb=512) as lab:
         out = peakpack("qos", "install", "--inventory", str(lab.inventory_path)).stdout
         assert "node-1: guard: started" in out and "node-2: guard: started" in out, out
         yield lab
-    finally:
-        lab.down(log=lambda _: None)
 
 
 @pytest.fixture()
@@ -73,12 +68,6 @@ def lab(small_lab: Lab) -> Lab:
     if ids:
         docker(small_lab.node(NODE), "rm", "-f", *ids)
     return small_lab
-
-
-def guard(lab: Lab, command: str) -> None:
-    d = lab.node(NODE).qos_dir
-    proc = lab.exec(NODE, ["python3", f"{d}/guard.py", command, "--state-dir", str(d)])
-    assert proc.returncode == 0, proc.stderr
 
 
 def history_qos(lab: Lab, db: str) -> list[dict]:
@@ -93,14 +82,14 @@ def test_the_guard_caps_best_effort_hogs_the_stall_drops_and_the_hogs_get_their_
     run(lab, NODE, "web", WEB, qos=None, publish="8080:80")  # latency-sensitive: the default class
     probe = Probe(lab.node(NODE).address)
     assert len(probe.measure(2)) > 20 and probe.errors == 0
-    guard(lab, "stop")  # first the contention with no guard: the hogs only have the lowest weight
+    guard_command(lab, NODE, "stop")  # first the contention with no guard: the hogs only have the lowest weight
     try:
         for name in HOGS:
             run(lab, NODE, name, HOG, qos="be")
         web, hogs = pid_of(lab, NODE, "web"), [pid_of(lab, NODE, h) for h in HOGS]
         unguarded = measure(probe, web, hogs)
     finally:
-        guard(lab, "start")
+        guard_command(lab, NODE, "start")
     seen = len(guard_events(lab, NODE))
     assert wait_for(lambda: any(e["seq"] > seen for e in guard_events(lab, NODE, "cpu_suppress")), 30)
     time.sleep(3)  # a few checks to settle: the cap follows the stall one step per second
@@ -122,12 +111,7 @@ def test_the_guard_caps_best_effort_hogs_the_stall_drops_and_the_hogs_get_their_
 
 def measure(probe: Probe, web: int, hogs: list[int], seconds: float = 6) -> dict[str, float]:
     """Over one window while the web is probed: its stall (PSI `some` share) and the hogs' cores."""
-    thread = threading.Thread(target=probe.measure, args=(seconds,))
-    thread.start()
-    before = [Counters(p).read() for p in (web, *hogs)]
-    time.sleep(seconds)
-    spans = [Counters(p).read().since(b) for p, b in zip((web, *hogs), before, strict=True)]
-    thread.join()
+    _, spans = window(probe, [web, *hogs], seconds)
     return {"stall": spans[0][1], "hog_cores": sum(cores for cores, _ in spans[1:])}
 
 

@@ -78,12 +78,24 @@ class Counters:
         return (self.cpu_ns - before.cpu_ns) / 1e9 / dt, (self.some_us - before.some_us) / 1e6 / dt
 
 
-def cores_and_stall(pids: list[int], seconds: float) -> tuple[float, float]:
-    """Summed cores and the largest stall share of these containers over `seconds`."""
+def window(probe: Probe | None, pids: list[int], seconds: float) -> tuple[list[float], list[tuple[float, float]]]:
+    """One window of `seconds`: the probe's latencies (when given, it probes meanwhile) and each
+    container's (cores, stall share) over it."""
+    latencies: list[float] = []
+    thread = threading.Thread(target=lambda: latencies.extend(probe.measure(seconds))) if probe else None
+    if thread:
+        thread.start()
     before = [Counters(p).read() for p in pids]
     time.sleep(seconds)
-    after = [Counters(p).read() for p in pids]
-    spans = [a.since(b) for a, b in zip(after, before, strict=True)]
+    spans = [Counters(p).read().since(b) for p, b in zip(pids, before, strict=True)]
+    if thread:
+        thread.join()
+    return latencies, spans
+
+
+def cores_and_stall(pids: list[int], seconds: float) -> tuple[float, float]:
+    """Summed cores and the largest stall share of these containers over `seconds`."""
+    _, spans = window(None, pids, seconds)
     return sum(c for c, _ in spans), max(s for _, s in spans)
 
 
@@ -146,3 +158,10 @@ def wait_for(predicate, seconds: float, step: float = 0.5) -> bool:  # type: ign
             return True
         time.sleep(step)
     return False
+
+
+def guard_command(lab: Lab, node: str, command: str) -> None:
+    """`guard.py start|stop` on the node, as its boot hook or an operator runs it."""
+    d = lab.node(node).qos_dir
+    proc = lab.exec(node, ["python3", f"{d}/guard.py", command, "--state-dir", str(d)])
+    assert proc.returncode == 0, proc.stderr

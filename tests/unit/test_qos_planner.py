@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +25,7 @@ from peakpack.orchestrator.decide.qos import (
 )
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.capacity import node_capacity, over_cap_nodes
-from peakpack.orchestrator.domain.config import load_inventory, parse_snapshot
-from peakpack.orchestrator.domain.errors import InventoryError
+from peakpack.orchestrator.domain.config import parse_snapshot
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
     ClusterSnapshot,
@@ -212,52 +210,3 @@ def test_a_snapshot_file_carries_the_qos_class() -> None:
                                           {"name": "l1", "node": "w0", "cpu": 1, "memory_mb": 10}]}, inv)
     assert [c.qos for c in snap.containers] == [QosClass.BE, QosClass.LS]
     assert snap.to_json()["containers"][0]["qos"] == "be" and "qos" not in snap.to_json()["containers"][1]
-
-
-NODES = """
-[[nodes]]
-name = "n1"
-address = "192.0.2.11"
-cpus = 8
-memory_mb = 16384
-[nodes.power]
-idle_w = 100
-max_w = 200
-"""
-
-
-def inventory(tmp_path: Path, sections: str) -> Inventory:
-    p = tmp_path / "inv.toml"
-    p.write_text('[cluster]\nname = "t"\n' + sections + NODES)
-    return load_inventory(p)
-
-
-def error_of(tmp_path: Path, sections: str) -> str:
-    with pytest.raises(InventoryError) as exc:
-        inventory(tmp_path, sections)
-    assert "\n" not in str(exc.value)
-    return str(exc.value).split(": ", 1)[1]
-
-
-def test_qos_sections_override_the_defaults_key_by_key(tmp_path: Path) -> None:
-    inv = inventory(tmp_path, "[qos]\ncpu_watermark = 0.75\nmemory_watermark = 0.15\ninstall = false\n"
-                              "[planner.qos]\nstall_share = 0.2\nclear_epochs = 5\n")
-    assert (inv.qos.guard.cpu_watermark, inv.qos.guard.memory_watermark, inv.qos.install) == (0.75, 0.15, False)
-    assert inv.qos.guard.be_share == 0.65 and inv.qos.restarts_per_hour == 3
-    assert (inv.planner.qos.stall_share, inv.planner.qos.clear_epochs, inv.planner.qos.cap_step) == (0.2, 5, 0.1)
-    assert dict(inv.planner_sources)["qos.stall_share"] == "inventory [planner.qos].stall_share"
-    assert dict(inv.planner_sources)["qos.cap_step"] == "default"
-
-
-@pytest.mark.parametrize("sections, line", [
-    ('[qos]\ncpu_watermark = "80%"\n', "qos.cpu_watermark: '80%' is text; write a number, e.g. cpu_watermark = 0.8 "
-                                       "for 80%"),
-    ("[qos]\nmemory_watermark = 1.5\n", "qos.memory_watermark: must be <= 0.9"),
-    ("[qos]\nstall_watermark = -0.1\n", "qos.stall_watermark: must be >= 0.001"),
-    ("[qos]\nmemory_watermak = 0.1\n", "qos.memory_watermak: unknown key; remove it or check its spelling"),
-    ("[planner]\ncap = 0.6\n[planner.qos]\nmin_cap = 0.65\n",
-     "planner: qos.min_cap 0.65 is above cap 0.6; a lowered cap must be lower"),
-    ("[planner.qos]\nstall_share = 0\n", "planner.qos.stall_share: must be > 0.0"),
-])
-def test_a_malformed_qos_key_is_one_line_naming_it_and_the_fix(tmp_path: Path, sections: str, line: str) -> None:
-    assert error_of(tmp_path, sections) == line
