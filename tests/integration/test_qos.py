@@ -25,7 +25,7 @@ from tests.support.qos_load import (
     HOG,
     WEB,
     Probe,
-    cores_and_stall,
+    cpus_of,
     guard_command,
     guard_events,
     pid_of,
@@ -33,6 +33,7 @@ from tests.support.qos_load import (
     remove,
     run,
     running,
+    throttled,
     wait_for,
     window,
 )
@@ -54,8 +55,12 @@ def peakpack(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def small_lab() -> Iterator[Lab]:
-    """Two nodes of 1 CPU and 512 MB, their guards installed with `peakpack qos install`."""
+    """Two nodes of 1 CPU and 512 MB, their guards installed with `peakpack qos install`. The host's
+    cores are shared with other jobs, so the hogs may get less than the node's CPU: the guard is
+    told (the inventory's `[qos]`) that half of it is already a breach."""
     with lab_up(nodes=2, cpus=1, memory_mb=512) as lab:
+        with open(lab.inventory_path, "a") as inventory:
+            inventory.write("\n[qos]\ncpu_watermark = 0.5\n")
         out = peakpack("qos", "install", "--inventory", str(lab.inventory_path)).stdout
         assert "node-1: guard: started" in out and "node-2: guard: started" in out, out
         yield lab
@@ -88,22 +93,30 @@ def test_the_guard_caps_best_effort_hogs_the_stall_drops_and_the_hogs_get_their_
             run(lab, NODE, name, HOG, qos="be")
         web, hogs = pid_of(lab, NODE, "web"), [pid_of(lab, NODE, h) for h in HOGS]
         unguarded = measure(probe, web, hogs)
+        seen = len(guard_events(lab, NODE))
     finally:
         guard_command(lab, NODE, "start")
-    seen = len(guard_events(lab, NODE))
-    assert wait_for(lambda: any(e["seq"] > seen for e in guard_events(lab, NODE, "cpu_suppress")), 30)
-    time.sleep(3)  # a few checks to settle: the cap follows the stall one step per second
+    probe.start()  # the web busy while the guard looks
+    try:
+        assert wait_for(lambda: any(e["seq"] > seen for e in guard_events(lab, NODE, "cpu_suppress")), 60)
+        time.sleep(3)  # a few checks to settle: the cap follows the stall one step per second
+    finally:
+        probe.stop()
     guarded = measure(probe, web, hogs)
-    assert all(0 < quota_us(p) < 100_000 for p in hogs)  # each hog's own quota, under the node's one CPU
-    assert guarded["stall"] < 0.7 * unguarded["stall"], (unguarded, guarded)
-    assert guarded["hog_cores"] < unguarded["hog_cores"]
+    quotas = [quota_us(p) for p in hogs]
+    assert all(0 < q < 100_000 for q in quotas)  # each hog's own quota, under the node's one CPU
     [suppress] = [e for e in guard_events(lab, NODE, "cpu_suppress") if e["seq"] > seen][:1]
     assert set(suppress["quota_us"]) == set(HOGS) and suppress["reason"]
+    node_cpus = cpus_of(lab.node(NODE).cgroup)
+    assert len(node_cpus) < 2 or all(cpus_of(p) == node_cpus[-1:] for p in hogs)  # kept off a CPU
+    assert guarded["stall"] < 0.7 * unguarded["stall"], (unguarded, guarded)
 
     lab.exec(NODE, ["docker", "stop", "web"])  # nobody left to protect: the hogs get their CPU back
     assert wait_for(lambda: all(quota_us(p) == -1 for p in hogs), 30)
-    back, _ = cores_and_stall(hogs, 4)
-    assert back > 1.3 * guarded["hog_cores"], (back, guarded)
+    assert all(cpus_of(p) == node_cpus for p in hogs)
+    before = [throttled(p) for p in hogs]
+    time.sleep(3)
+    assert [throttled(p) for p in hogs] == before  # no longer throttled: they run as much as the node lets them
     kinds = [e["kind"] for e in history_qos(lab, f"sqlite:///{tmp_path / 'pp.db'}") if e["node"] == NODE]
     assert {"be_weight", "cpu_suppress", "cpu_restore"} <= set(kinds), kinds
     assert kinds.index("cpu_suppress") < len(kinds) - 1 - kinds[::-1].index("cpu_restore")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from peakpack.lab import Lab
 from peakpack.lab.image import LAB_IMAGE
+from peakpack.qos.guard import parse_cpus
 
 CGROUP = Path("/sys/fs/cgroup")
 #: busybox httpd forks a child per request: each request needs the CPU at once, so it waits when
@@ -103,6 +104,18 @@ def quota_us(pid: int) -> int:
     return int((cgroup_dir(pid, "cpu") / "cpu.cfs_quota_us").read_text())
 
 
+def throttled(pid: int) -> int:
+    """Periods in which the container's own quota ran out (cpu.stat nr_throttled)."""
+    stat = dict(line.split() for line in (cgroup_dir(pid, "cpu") / "cpu.stat").read_text().splitlines())
+    return int(stat["nr_throttled"])
+
+
+def cpus_of(where: int | str) -> list[int]:
+    """The CPUs a container (by pid) or a cgroup parent (by name) may run on."""
+    folder = cgroup_dir(where, "cpuset") if isinstance(where, int) else CGROUP / "cpuset" / where
+    return parse_cpus((folder / "cpuset.cpus").read_text())
+
+
 @dataclass
 class Probe:
     """GETs `http://address:port/` every `period` s from a thread; the latencies in ms."""
@@ -113,6 +126,8 @@ class Probe:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _first: int = 0
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -127,16 +142,25 @@ class Probe:
                 self.errors += 1
             time.sleep(max(0.0, self.period - (time.perf_counter() - t0)))
 
+    def start(self) -> None:
+        """Probe in the background until `stop`."""
+        self._stop.clear()
+        self._first = len(self.latencies)
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[float]:
+        """The latencies since `start`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.latencies[self._first:]
+
     def measure(self, seconds: float) -> list[float]:
         """Probe for `seconds`; the latencies of that window."""
-        self._stop.clear()
-        first = len(self.latencies)
-        thread = threading.Thread(target=self._loop, daemon=True)
-        thread.start()
+        self.start()
         time.sleep(seconds)
-        self._stop.set()
-        thread.join()
-        return self.latencies[first:]
+        return self.stop()
 
 
 def percentile(values: list[float], q: float) -> float:
