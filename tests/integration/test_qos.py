@@ -18,7 +18,7 @@ import pytest
 
 from peakpack.lab import Lab
 from peakpack.lab.faults import Fault
-from peakpack.lab.node import docker
+from peakpack.lab.node import alive, docker, start_node, stop_node
 from tests.support.labs import lab_up
 from tests.support.qos_load import (
     GROW,
@@ -167,3 +167,19 @@ def test_the_guard_keeps_acting_while_the_head_node_cannot_reach_the_node(lab: L
     assert all(0 < quota_us(pid_of(lab, NODE, h)) < 100_000 for h in HOGS)
     journaled = {(e["log"], e["seq"]) for e in history_qos(lab, f"sqlite:///{tmp_path / 'pp.db'}")}
     assert {(e["log"], e["seq"]) for e in during} <= journaled  # read at the first observation after
+
+
+def test_the_guard_comes_back_when_its_node_powers_on_again(lab: Lab) -> None:
+    """A power cut kills the guard with the node; the boot hook `qos install` left starts it again."""
+    node = lab.node("node-2")
+    assert wait_for(lambda: guard_runs(lab), 30)
+    pid = int((node.qos_dir / "guard.pid").read_text())
+    stop_node(node)
+    assert not alive(pid)  # it died with the node
+    start_node(node)
+    assert wait_for(lambda: guard_runs(lab), 30)
+
+
+def guard_runs(lab: Lab) -> bool:
+    rows = json.loads(peakpack("qos", "status", "--inventory", str(lab.inventory_path), "node-2", "--json").stdout)
+    return rows[0]["guard"] == "running" and rows[0]["problem"] is None

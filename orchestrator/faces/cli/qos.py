@@ -30,7 +30,7 @@ def _nodes(inv: Any, names: list[str] | None) -> list[str]:
 
 @app.command()
 def install(inventory: InventoryArg, nodes: NodesArg = None) -> None:
-    """Copy the guard and its settings (the inventory's [qos]) to each node and (re)start it: a
+    """Copy the guard and its settings (the inventory's \\[qos]) to each node and (re)start it: a
     systemd unit peakpack-guard.service, or on a lab node its boot hook. Safe to repeat."""
     from peakpack.qos import deploy  # lazy: start-up speed (each command loads only what it uses)
 
