@@ -396,8 +396,10 @@ class CpuSuppress:
         target = max(capacity * s.be_share - ls_used, capacity * s.be_floor)
         step = capacity * s.cpu_step
         before = self.allowed
+        # best-effort presses against the cap when its quota runs out, it uses nearly all of it, or
+        # it waits for CPU (kept on fewer CPUs, it may use less than its quota and still want more)
         pressing = any(c.throttled and (c.ceiling_us is None or (c.quota_us or 0) < c.ceiling_us) for c in be) \
-            or be_used > (self.allowed or 0.0) - step
+            or be_used > (self.allowed or 0.0) - step or any((c.stall or 0.0) > s.stall_watermark for c in be)
         note = ""
         if not be:
             self.allowed = None

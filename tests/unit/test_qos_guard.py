@@ -256,6 +256,16 @@ def test_the_cap_is_lifted_when_best_effort_stops_pressing_or_no_latency_sensiti
         assert decisions[-1].quotas == {"hog": None}  # unlimited again (its ceiling: none)
 
 
+def test_best_effort_that_waits_for_cpu_still_presses_and_keeps_its_cap() -> None:
+    """Kept on fewer CPUs, best-effort may use less than its quota and still want more: its own
+    stall says so, and lifting the cap then would only bring the latency-sensitive stall back."""
+    machine = CpuSuppress()
+    run(machine, [([ls(stall=0.3), be("hog", 0.9)], 0.95)] * 2)
+    waiting = Seen("hog", "be", 0.2, 0.6, quota_us=55_000)  # uses 0.2 of 0.55, waits 60% of the time
+    run(machine, [([ls(stall=0.0), waiting], 0.25)] * 4)
+    assert machine.allowed == pytest.approx(0.65 - 0.05)  # not lifted: the formula's cap stays
+
+
 def test_a_held_container_is_never_capped_and_counts_as_latency_sensitive_use() -> None:
     hot = ([ls(0.05, stall=0.3), be("moving", 0.4, held=True), be("hog", 0.6)], 1.05)
     machine = CpuSuppress()
