@@ -76,7 +76,7 @@ class Settings:
     memory_watermark: float = 0.10      # available memory under this share of the limit: stop best-effort
     memory_full_watermark: float = 0.10  # memory.pressure `full` above this for breaches_to_act checks: same
     # guard.json only (the inventory does not set these)
-    tighten_patience: int = 2           # stall-driven steps that did not lower the stall before holding
+    stall_steps: int = 1                # on stall, the cap goes at most this many steps under the formula
     be_busy_share: float = 0.05         # best-effort using less than capacity x this is not blamed for stall
     memory_release: float = 0.02        # stop best-effort until the watermark + this is available
     evict_cooldown_seconds: float = 3.0
@@ -96,11 +96,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "interval_seconds": (0.2, 60), "cpu_watermark": (0.05, 1.0), "stall_watermark": (0.001, 1.0),
     "be_share": (0.01, 1.0), "be_floor": (0.01, 1.0), "cpu_step": (0.01, 1.0), "breaches_to_act": (1, 60),
     "clears_to_restore": (1, 600), "memory_watermark": (0.0, 0.9), "memory_full_watermark": (0.001, 1.0),
-    "tighten_patience": (1, 100), "be_busy_share": (0.0, 1.0), "memory_release": (0.0, 0.5),
+    "stall_steps": (0, 100), "be_busy_share": (0.0, 1.0), "memory_release": (0.0, 0.5),
     "evict_cooldown_seconds": (0.0, 600), "hold_ttl_seconds": (1, 86400), "log_max_bytes": (4096, 1 << 30),
     "cpus": (0.01, 100000), "memory_mb": (1, 1 << 40),
 }
-INTEGERS = ("breaches_to_act", "clears_to_restore", "tighten_patience", "log_max_bytes")
+INTEGERS = ("breaches_to_act", "clears_to_restore", "stall_steps", "log_max_bytes")
 
 
 def parse_settings(given: Any, where: str) -> tuple[Settings, list[str]]:
@@ -359,15 +359,14 @@ class CpuSuppress:
 
     Stall caused by something else (other latency-sensitive containers, daemons, another lab node
     on the same cores) must not starve best-effort: a stall is blamed on best-effort only while it
-    uses CPU, and the cap is tightened on stall only while tightening helps (`tighten_patience`
-    steps in a row that did not lower the stall stop it until a clear check)."""
+    uses CPU, and a stall that persists under the cap tightens it by at most `stall_steps` steps
+    under the formula until a clear check (Koordinator itself follows usage only)."""
 
     allowed: float | None = None
     breaches: int = 0
     clears: int = 0
     first_breach_ts: float = 0.0
-    misses: int = 0
-    stall_at_tighten: float | None = None
+    below: int = 0  # stall-driven steps taken under the formula since the last clear check
 
     def step(self, seen: list[Seen], node_cores: float, capacity: float, s: Settings, now: float,
              node_cpus: Sequence[int] = ()) -> Decision | None:
@@ -392,7 +391,7 @@ class CpuSuppress:
                 self.first_breach_ts = now
             self.breaches, self.clears = self.breaches + 1, 0
         else:
-            self.breaches, self.clears, self.misses = 0, self.clears + 1, 0
+            self.breaches, self.clears, self.below = 0, self.clears + 1, 0
         target = max(capacity * s.be_share - ls_used, capacity * s.be_floor)
         step = capacity * s.cpu_step
         before = self.allowed
@@ -405,15 +404,13 @@ class CpuSuppress:
             self.allowed = None
         elif breach and self.breaches >= s.breaches_to_act:
             if self.allowed is None:
-                self.allowed, self.stall_at_tighten, self.misses = target, stall, 0
-            elif stall_breach and self.misses < s.tighten_patience:
-                if self.stall_at_tighten is not None and stall >= 0.9 * self.stall_at_tighten:
-                    self.misses += 1  # the last step did not lower the stall
-                self.allowed = max(capacity * s.be_floor, min(target, self.allowed - step))
-                self.stall_at_tighten = stall
+                self.allowed, self.below = target, 0
+            elif stall_breach and self.below < s.stall_steps:
+                self.allowed = max(capacity * s.be_floor, min(target, self.allowed) - step)
+                self.below += 1
             else:
                 if stall_breach:
-                    note = f"; {self.misses} steps did not lower the stall: not tightening further"
+                    note = f"; already {self.below} step(s) under the formula: not tightening further"
                 self.allowed = min(target, self.allowed)
         elif self.allowed is not None and self.clears >= s.clears_to_restore:
             if not pressing or not ls:  # nothing to protect, or best-effort does not use its cap
