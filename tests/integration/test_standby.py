@@ -86,7 +86,11 @@ def test_standby_settles_the_migration_a_killed_leader_left(clean_lab: Lab, tmp_
                 assert settled, f"migration {caught[0].id} still {m.state.value} two epochs after the kill:\n{log}"
                 # forward, back, or (killed before the freeze) the source never stopped: all settled
                 assert m.state in (MigrationState.SUCCEEDED, MigrationState.ROLLED_BACK, MigrationState.FAILED), m
-                assert "took over" in log and f"migration {caught[0].id}" in log
+                # the standby logs what it settled once settling returns, a moment after the store shows it
+                while f"migration {caught[0].id}" not in log and time.monotonic() < killed_at + 2 * EPOCH + 36:
+                    time.sleep(0.5)
+                    log = (tmp_path / "standby.log").read_text()
+                assert "took over" in log and f"migration {caught[0].id}" in log, log
                 time.sleep(2)
                 runs = Counter(m.action_id for m in store.migrations.history() if m.action_id is not None)
                 assert all(n == 1 for n in runs.values()), runs  # no action ran twice
