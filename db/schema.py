@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -256,6 +256,47 @@ class ApprovalRow(Base):
     outcome: Mapped[str | None] = mapped_column(Text)
     applied_by: Mapped[str | None] = mapped_column(String(200))
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class ContainerPressureRow(Base):
+    """One container's stall over one observed interval: the shares of it the container was ready
+    but not running (PSI cpu `some`, run-queue wait) or stalled on memory (PSI memory), and the
+    cumulative counters they are deltas of (kept for the next interval, as `container_demand`
+    keeps the CPU counter). The planner lowers a node's cap from these rows."""
+
+    __tablename__ = "container_pressure"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    container: Mapped[str] = mapped_column(String(200), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    qos: Mapped[str] = mapped_column(String(4))
+    interval_s: Mapped[float | None] = mapped_column(Float)
+    cpu_stall: Mapped[float | None] = mapped_column(Float)
+    memory_some: Mapped[float | None] = mapped_column(Float)
+    memory_full: Mapped[float | None] = mapped_column(Float)
+    wait: Mapped[float | None] = mapped_column(Float)
+    cpu_some_us: Mapped[int | None] = mapped_column(BigInteger)
+    memory_some_us: Mapped[int | None] = mapped_column(BigInteger)
+    memory_full_us: Mapped[int | None] = mapped_column(BigInteger)
+    wait_ns: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class QosEventRow(Base):
+    """What a node's QoS guard did (from its events.jsonl, read at each observation), or what the
+    controller did about it (log "controller"). (node, log, seq) is unique: reading an event
+    twice stores it once."""
+
+    __tablename__ = "qos_events"
+    __table_args__ = (UniqueConstraint("node", "log", "seq", name="uq_qos_events_node_log_seq"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    log: Mapped[str] = mapped_column(String(40))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    kind: Mapped[str] = mapped_column(String(40), index=True)
+    container: Mapped[str | None] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    detail_json: Mapped[str | None] = mapped_column(Text)
 
 
 class ControllerLeaseRow(Base):

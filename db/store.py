@@ -9,6 +9,8 @@ aggregate (`domain.ports.Journal` is the protocol the other stages depend on):
     demand      container demand per observation        repos/demand.py
     traffic     bytes per container pair per read       repos/traffic.py
     savings     the energy saved, measured              repos/savings.py
+    pressure    container stall per observation         repos/pressure.py
+    qos         what the nodes' QoS guards did          repos/qos.py
     lease       the controller lease                    repos/lease.py
     approvals   plans approved on a page, for the leader repos/approvals.py
 
@@ -42,6 +44,8 @@ from .repos.migrations import MigrationRepo
 from .repos.pinning import PinningRepo
 from .repos.plans import PlanRepo
 from .repos.power import PowerRepo
+from .repos.pressure import PressureRepo
+from .repos.qos import QosRepo
 from .repos.retention import RetentionRepo
 from .repos.savings import SavingsRepo
 from .repos.traffic import TrafficRepo
@@ -76,6 +80,8 @@ class Store:
         self.demand = DemandRepo(self._db)
         self.traffic = TrafficRepo(self._db)
         self.savings = SavingsRepo(self._db)
+        self.pressure = PressureRepo(self._db)
+        self.qos = QosRepo(self._db)
         self.lease = LeaseRepo(self._db)
         self.approvals = ApprovalRepo(self._db)
         self._retention = RetentionRepo(self._db)

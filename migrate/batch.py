@@ -22,6 +22,7 @@ from peakpack.orchestrator.domain.states import ActionState, MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
+from .hold import set_hold
 from .settle import MigrationFacts, PowerProbe, Settler
 from .transaction import Migration
 
@@ -137,6 +138,8 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")
         state, reason = await settler.run(checkpointed, why)
+        if state is not MigrationState.IN_DOUBT:
+            await set_hold(ssh, (m.source, m.target), m.container, m.id, held=False)
     if state is MigrationState.IN_DOUBT:
         _journal_in_doubt(store, m, reason)
     else:  # the action first: a failure between the two writes leaves the migration open, never

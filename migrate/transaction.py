@@ -35,6 +35,7 @@ from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import room, spec
 from .copy import copy_all, stream_image
+from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
@@ -144,6 +145,7 @@ class Migration:
             await self._step("preflight", self.preflight)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
             return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=True)
         failure = None
         try:
             for name, fn, nbytes in (
@@ -158,7 +160,10 @@ class Migration:
             raise  # another controller leads now and settles this migration from the facts: hands off
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
             failure = _one_line(exc)
-        return await self.settle(failure)
+        result = await self.settle(failure)
+        if result.state is not MigrationState.IN_DOUBT:
+            await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
+        return result
 
     async def settle(self, failure: str | None) -> MigrationResult:
         """Finish forward or back from what the nodes show (journaled as its own step)."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from peakpack.orchestrator.domain.records import (
     DemandRecord,
 )
 
-from ..base import Repo
+from ..base import Repo, newest_ids
 from ..schema import (
     ContainerDemandRow,
     DemandHourlyRow,
@@ -54,13 +54,7 @@ class DemandRepo(Repo):
         """Each container's newest demand row (of those at or after `since`: an index range, not a
         year of rows): the counter the next one is a delta against."""
         C = ContainerDemandRow
-        # grouped by an expression, not the column: SQLite (without statistics) would otherwise
-        # walk the whole container index to save a sort instead of reading the `at` range
-        key = (C.container + "").label("container")
-        recent = select(key, func.max(C.id).label("id"))
-        if since is not None:
-            recent = recent.where(C.at >= since)
-        newest = recent.group_by(key).subquery()
+        newest = newest_ids(C.id, C.container, C.at, since).subquery()
         q = select(C).join(newest, C.id == newest.c.id)
         with self._tx() as s:
             return {r.container: DemandRecord(at=r.at, container=r.container, node=r.node, interval_s=r.interval_s,

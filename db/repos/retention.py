@@ -1,11 +1,12 @@
 """Retention: a store that lives for years. Raw demand and energy rows older than `raw_days` are
 summed per hour (`container_demand_hourly`, `energy_hourly`: history still reads them), raw energy
-samples are dropped (the energy rows hold what they measured), and so are raw traffic rows and
-conntrack reads (the planner reads only the forecast's window, which `raw_days` covers), hourly
-rows older than `hourly_days` go, and so do plans (with their actions and approvals), migrations
-(with their steps), power events, pinnings and closed savings-ledger rows older than
-`history_days`. Nothing unfinished is ever removed: an open migration, an ONGOING power event, a
-plan still RECOMMENDED or APPLYING, a node still off in the savings ledger stay.
+samples are dropped (the energy rows hold what they measured), and so are raw traffic rows,
+conntrack reads and container pressure rows (the planner reads only the forecast's window, which
+`raw_days` covers), hourly rows older than `hourly_days` go, and so do plans (with their actions
+and approvals), migrations (with their steps), power events, pinnings, QoS events and closed
+savings-ledger rows older than `history_days`. Nothing unfinished is ever removed: an open
+migration, an ONGOING power event, a plan still RECOMMENDED or APPLYING, a node still off in the
+savings ledger stay.
 
 Each call does at most `prune_rows` rows per table, in short transactions (an hour of rows is
 summed and removed in one, so a crash never counts it twice or loses it): the controller calls it
@@ -28,6 +29,7 @@ from peakpack.orchestrator.domain.states import TERMINAL_MIGRATION_STATES, PlanS
 from ..base import Repo
 from ..schema import (
     ContainerDemandRow,
+    ContainerPressureRow,
     DemandHourlyRow,
     EnergyHourlyRow,
     EnergyRowDb,
@@ -36,6 +38,7 @@ from ..schema import (
     PinningRow,
     PlanRow,
     PowerEventRow,
+    QosEventRow,
     SavingRow,
     TrafficReadRow,
     TrafficRow,
@@ -97,6 +100,7 @@ class RetentionRepo(Repo):
             "energy sample": self._remove(EnergySampleRow, EnergySampleRow.at < raw, budget),
             "traffic": self._remove(TrafficRow, TrafficRow.at < raw, budget),
             "traffic read": self._remove(TrafficReadRow, TrafficReadRow.at < raw, budget),
+            "pressure": self._remove(ContainerPressureRow, ContainerPressureRow.at < raw, budget),
             "hourly demand": self._remove(DemandHourlyRow, DemandHourlyRow.hour < hours, budget),
             "hourly energy": self._remove(EnergyHourlyRow, EnergyHourlyRow.hour < hours, budget),
             "plan": self._remove(PlanRow, (PlanRow.created_at < history) & PlanRow.status.not_in(OPEN_PLANS),
@@ -106,6 +110,7 @@ class RetentionRepo(Repo):
             "power event": self._remove(PowerEventRow, (PowerEventRow.at < history)
                                         & (PowerEventRow.state != "ONGOING"), budget),
             "pinning": self._remove(PinningRow, PinningRow.at < history, budget),
+            "qos event": self._remove(QosEventRow, QosEventRow.at < history, budget),
             "saving": self._remove(SavingRow, (SavingRow.start < history) & SavingRow.end.is_not(None), budget),
         }
         return Pruned(aggregated, removed)

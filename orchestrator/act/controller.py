@@ -39,7 +39,7 @@ from ..domain.records import EnergyRow
 from ..domain.savings import ledger
 from ..domain.states import PlanStatus
 from .apply import run_approvals
-from .epoch import execute_plan, propose_plan, settle_unfinished
+from .epoch import execute_plan, propose_plan, restart_stopped, settle_unfinished
 from .executor import ExecutionReport
 from .leadership import Lease, lease_ttl
 from .metrics import ControllerMetrics
@@ -127,6 +127,7 @@ class Controller:
         self._started = False
         self._reconciled = False
         self._metrics_served = False
+        self._qos_counted: int | None = None  # the newest QoS event row counted in the metrics
         if not settings.dry_run and services is None:
             raise ValueError("a live controller needs Services")
 
@@ -229,10 +230,16 @@ class Controller:
                      + (f": {m.reason}" if m.reason else ""))
         self.store.plans.expire()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
         live = None if self.settings.dry_run else self.services
+        if self._qos_counted is None:
+            self._qos_counted = self.store.qos.newest_id()
         observed = self._observe()
         if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
             self.reconcile()  # what waited for the woken node is settled before planning
             observed = self._observe()
+        if live is not None:
+            for line in restart_stopped(self.store, live, self.inventory, observed):
+                self.log(f"qos: {line}")
+        self._count_qos_events()
         if live is not None:
             live.account_energy(observed, None)  # closes the interval since the last epoch
             self.metrics.observe_ledger(ledger(self.store.savings.history(), datetime.now(UTC)))
@@ -278,6 +285,12 @@ class Controller:
             return
         if pruned:
             self.log(f"retention: {pruned.summary()}")
+
+    def _count_qos_events(self) -> None:
+        """The QoS events journaled since the last count (by this epoch's observation, restarts)."""
+        for e in self.store.qos.events(after_id=self._qos_counted):
+            self.metrics.qos_events.labels(e.node, e.kind).inc()
+            self._qos_counted = max(self._qos_counted or 0, e.id or 0)
 
     def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
                   ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:

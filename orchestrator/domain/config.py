@@ -31,12 +31,14 @@ from .model import (
     NodeSpec,
     NodeState,
     PowerCurve,
+    QosClass,
     ReviewConfig,
     SshConfig,
     StoreConfig,
     WebConfig,
 )
-from .settings import ForecastSettings, PlannerSettings
+from .qos import GuardSettings, QosSettings
+from .settings import NESTED, ForecastSettings, PlannerSettings, QosCapSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 WEAK_CIPHER_SUITES = (0, 1, 2)
@@ -88,6 +90,15 @@ class _Forecast(_Strict):
         return self
 
 
+class _PlannerQos(_Strict):
+    """`[planner.qos]`: see settings.QosCapSettings (unset keys keep its defaults)."""
+
+    stall_share: Share | None = None
+    cap_step: Share | None = None
+    min_cap: Share | None = None
+    clear_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = None
+
+
 class _Planner(_PowerPolicy):
     """`[planner]`: see settings.PlannerSettings (unset keys keep its defaults)."""
 
@@ -102,6 +113,46 @@ class _Planner(_PowerPolicy):
     relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None
     hysteresis: bool | None = None
     forecast: _Forecast = _Forecast()
+    qos: _PlannerQos = _PlannerQos()
+
+    @model_validator(mode="after")
+    def _lowered_within_the_cap(self) -> _Planner:
+        if self.cap is not None and self.qos.min_cap is not None and self.qos.min_cap > self.cap:
+            raise ValueError(f"qos.min_cap {self.qos.min_cap} is above cap {self.cap}; a lowered cap must be lower")
+        return self
+
+
+Watermark = Annotated[float, Field(ge=0, le=1)]
+
+
+class _Qos(_Strict):
+    """`[qos]`: see qos.GuardSettings and qos.QosSettings (unset keys keep their defaults); the
+    ranges are the guard's own (`qos/guard.py` RANGES)."""
+
+    interval_seconds: Annotated[float, Field(ge=0.2, le=60)] | None = None
+    cpu_watermark: Annotated[float, Field(ge=0.05, le=1)] | None = None
+    stall_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
+    be_share: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    be_floor: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    cpu_step: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    breaches_to_act: Annotated[int, Field(ge=1, le=60)] | None = None
+    clears_to_restore: Annotated[int, Field(ge=1, le=600)] | None = None
+    memory_watermark: Annotated[float, Field(ge=0, le=0.9)] | None = None
+    memory_full_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
+    install: bool = True
+    restarts_per_hour: Annotated[int, Field(**inputs.COUNT.pydantic())] = 3
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any, info: Any) -> Any:
+        """A watermark written as text ("80%") is refused with the form to use."""
+        if isinstance(v, str) and info.field_name != "install":
+            raise ValueError(f"{v!r} is text; write a number, e.g. {info.field_name} = 0.8 for 80%")
+        return v
+
+    def settings(self) -> QosSettings:
+        given = {k: getattr(self, k) for k in GuardSettings().by_key() if getattr(self, k) is not None}
+        return QosSettings(GuardSettings(**given), self.install, self.restarts_per_hour)
 
 
 class _Power(_Strict):
@@ -244,6 +295,7 @@ class _Inventory(_Strict):
     web: _Web | None = None
     review: _Review = _Review()
     store: _Store = _Store()
+    qos: _Qos = _Qos()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -432,7 +484,7 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                                        inv.store.prune_rows),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows))
+                     windows=tuple(w.window() for w in inv.windows), qos=inv.qos.settings())
 
 
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`
@@ -445,7 +497,7 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
     given: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for key in _Planner.model_fields:
-        if key == "forecast":
+        if key in NESTED:
             continue
         value = getattr(inv.planner, key) if key in inv.planner.model_fields_set else None
         old = _ALSO_AT.get(key)
@@ -460,10 +512,13 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
             given[key], sources[key] = value, f"inventory [planner].{key}"
         elif old_value is not None:
             given[key], sources[key] = old_value, f"inventory [{old}].{key}"
-    fc = inv.planner.forecast
-    forecast = {k: getattr(fc, k) for k in fc.model_fields_set if getattr(fc, k) is not None}
-    sources.update({f"forecast.{k}": f"inventory [planner.forecast].{k}" for k in forecast})
-    settings = PlannerSettings(**given, forecast=ForecastSettings(**forecast))
+    nested = {}
+    for section, kind in zip(NESTED, (ForecastSettings, QosCapSettings), strict=True):
+        table = getattr(inv.planner, section)
+        set_here = {k: getattr(table, k) for k in table.model_fields_set if getattr(table, k) is not None}
+        sources.update({f"{section}.{k}": f"inventory [planner.{section}].{k}" for k in set_here})
+        nested[section] = kind(**set_here)
+    settings = PlannerSettings(**given, **nested)
     return settings, tuple((k, sources.get(k, "default")) for k in settings.by_key())
 
 
@@ -489,6 +544,7 @@ class _SnapContainer(_Strict):
     immovable: str | None = None
     ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
     declared: bool = False
+    qos: Literal["ls", "be"] = "ls"
 
 
 class _Snapshot(_Strict):
@@ -528,7 +584,7 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             )
         containers.append(
             Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
-                      c.immovable, tuple(c.ports), c.declared)
+                      c.immovable, tuple(c.ports), c.declared, qos=QosClass(c.qos))
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:

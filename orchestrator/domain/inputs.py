@@ -131,6 +131,8 @@ DAYS = Bounds(1, 36500, "days", integer=True)
 #: a lab: nodes (their addresses share one /24) and each node's own disk
 LAB_NODES = Bounds(1, 40, "nodes", integer=True)
 LAB_DISK_GB = Bounds(1, 1024, "GiB", integer=True)
+#: a lab node's memory: dockerd and its containers need 128 MB at least
+LAB_MEMORY_MB = Bounds(128, NODE_MEMORY_MB.hi, "MB", integer=True)
 
 
 def container_name(name: str, field: str = "CONTAINER") -> str:

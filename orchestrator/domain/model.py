@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .budgets import Budgets, Window
+from .qos import QosSettings
 from .settings import PlannerSettings
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
@@ -35,6 +36,14 @@ class ContainerClass(StrEnum):
 
     DEVIL = "devil"
     TURTLE = "turtle"
+
+
+class QosClass(StrEnum):
+    """Label `peakpack.qos`: latency-sensitive (the default) or best-effort, which the node's QoS
+    guard restrains first (lowest CPU weight, CPU capped, stopped on memory pressure)."""
+
+    LS = "ls"
+    BE = "be"
 
 
 LOAD_POINTS = tuple(i / 10 for i in range(11))
@@ -101,6 +110,9 @@ class NodeSpec:
     power_managed: bool = True
     ssh: SshConfig | None = None
     bmc: BmcConfig | None = None
+    #: a CPU cap below the cluster's for this node this epoch (its latency-sensitive containers
+    #: stalled: `decide/qos.lowered_caps`); None: the cluster's. Only `capacity.node_cap` reads it
+    cap: float | None = None
 
     @property
     def can_power_off(self) -> bool:
@@ -164,6 +176,7 @@ class Inventory:
     store: StoreConfig = field(default_factory=StoreConfig)
     budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
     windows: tuple[Window, ...] = ()
+    qos: QosSettings = field(default_factory=QosSettings)  # [qos]: the node guards' settings (qos.py)
 
     def __post_init__(self) -> None:
         """Settings left at the default caps take the cluster's; caps set on both must agree."""
@@ -204,7 +217,9 @@ class Container:
     `peakpack.cpu` label declares, the fallback until its measured history gives a forecast.
     `refused_on`: (node, reason) for nodes migration preflight would refuse as its target (a
     volume of its name there, another network of one of its names, missing CPU flags or shared
-    paths); observed, so not part of a snapshot file."""
+    paths); observed, so not part of a snapshot file. `qos`: its `peakpack.qos` class;
+    `qos_problem` says what is wrong with that label (the container then counts as
+    latency-sensitive, and `peakpack plan` lists it)."""
 
     name: str
     node: str
@@ -217,6 +232,8 @@ class Container:
     ports: tuple[str, ...] = ()
     declared: bool = False
     refused_on: tuple[tuple[str, str], ...] = ()
+    qos: QosClass = QosClass.LS
+    qos_problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -235,6 +252,8 @@ class Container:
             d["ports"] = list(self.ports)
         if self.declared:
             d["declared"] = True
+        if self.qos is not QosClass.LS:
+            d["qos"] = self.qos.value
         return d
 
 
@@ -367,6 +386,7 @@ __all__ = [
     "NodeSpec",
     "NodeState",
     "PowerCurve",
+    "QosClass",
     "SshConfig",
     "WebConfig",
     "cluster_metrics",

@@ -15,6 +15,8 @@ fenced with the lease token of the process that holds it):
     Journal.demand      DemandRepo      container demand per observation
     Journal.traffic     TrafficRepo     bytes per container pair per conntrack read
     Journal.savings     SavingsRepo     the energy saved: time off, migrations and wakes measured
+    Journal.pressure    PressureRepo    container stall (PSI, run-queue wait) per observation
+    Journal.qos         QosRepo         what the nodes' QoS guards did, and the restarts after
     Journal.lease       LeaseRepo       the controller lease
     Journal.approvals   ApprovalRepo    plans approved on a web page, for the leader to run
 """
@@ -39,7 +41,9 @@ from .records import (
     MigrationRecord,
     PlanRecord,
     PowerEventRecord,
+    PressureRecord,
     Pruned,
+    QosEventRecord,
     StepRecord,
     TrafficRead,
     TrafficRecord,
@@ -64,6 +68,10 @@ class NodeOps(Protocol):
     def pin(self, node: str) -> None: ...
 
     def hosts_nothing(self, node: str) -> bool: ...
+
+    def start(self, node: str, container: str) -> None:
+        """Start a stopped container where it is (one its node's QoS guard stopped)."""
+        ...
 
 
 @dataclass
@@ -173,6 +181,31 @@ class SavingsRepo(Protocol):
     def history(self, since: datetime | None = None) -> list[SavingRecord]: ...
 
 
+class PressureRepo(Protocol):
+    def add(self, rows: Sequence[PressureRecord]) -> None: ...
+    def history(self, container: str | None = None, since: datetime | None = None) -> list[PressureRecord]: ...
+    def latest(self, since: datetime | None = None) -> dict[str, PressureRecord]: ...
+
+
+class QosRepo(Protocol):
+    def add(self, events: Sequence[QosEventRecord]) -> int:
+        """Store events not stored yet (by node, log and seq); how many were new."""
+        ...
+
+    def record(self, node: str, kind: str, container: str | None, reason: str) -> None:
+        """An event of the controller's own (log "controller") about a node's guard or container."""
+        ...
+
+    def last_seq(self) -> dict[str, tuple[str, int]]:
+        """node -> (the guard log read last, the newest seq stored of it)."""
+        ...
+
+    def newest_id(self) -> int: ...
+
+    def events(self, since: datetime | None = None, *, after_id: int | None = None,
+               kinds: Sequence[str] = ()) -> list[QosEventRecord]: ...
+
+
 class LeaseRepo(Protocol):
     def acquire(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None: ...
     def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
@@ -203,6 +236,8 @@ class Journal(Protocol):
     demand: DemandRepo
     traffic: TrafficRepo
     savings: SavingsRepo
+    pressure: PressureRepo
+    qos: QosRepo
     lease: LeaseRepo
     approvals: ApprovalRepo
 

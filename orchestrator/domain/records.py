@@ -292,3 +292,49 @@ class Pruned(JsonRecord):
         parts = [f"{n:,} {t} rows into hours" for t, n in self.aggregated.items() if n]
         parts += [f"{n:,} {t} rows removed" for t, n in self.removed.items() if n]
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class QosEventRecord(JsonRecord):
+    """One thing a node's QoS guard did or saw (table qos_events), or the controller did about it
+    (`log` "controller": a restart of a container the guard stopped). (`node`, `log`, `seq`) is
+    unique: the guard numbers its events per log, so reading them twice stores them once."""
+
+    node: str
+    log: str
+    seq: int
+    at: datetime
+    kind: str       # cpu_suppress, cpu_adjust, cpu_restore, mem_evict, be_weight, bad_label, ...
+    container: str | None = None
+    reason: str | None = None
+    #: the event's other facts (quotas written, cores, memory), as the guard wrote them
+    detail: dict[str, Any] | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class PressureRecord(JsonRecord):
+    """How much one container waited over the interval ending at `at` (table container_pressure):
+    the shares of the interval it was ready but not running (`cpu_stall`: PSI cpu `some`, else
+    `wait`: run-queue wait of its threads) or stalled on memory (PSI memory `some`/`full`); None
+    where not measured. The cumulative counters are kept for the next interval's deltas."""
+
+    at: datetime
+    container: str
+    node: str
+    qos: str                       # ls or be
+    interval_s: float | None
+    cpu_stall: float | None
+    memory_some: float | None
+    memory_full: float | None
+    wait: float | None
+    cpu_some_us: int | None = None
+    memory_some_us: int | None = None
+    memory_full_us: int | None = None
+    wait_ns: int | None = None
+
+    @property
+    def stall(self) -> float | None:
+        """The share of the interval it was ready but not running: PSI when there is, else its
+        run-queue wait."""
+        return self.cpu_stall if self.cpu_stall is not None else self.wait

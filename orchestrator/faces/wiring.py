@@ -20,6 +20,7 @@ from peakpack.power.savings import SavingsRecorder
 
 from ..act.reconcile import finish_unfinished_actions
 from ..domain.errors import PeakpackError, PowerError
+from ..domain.inputs import container_name
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.plan import Action, Plan
 from ..domain.ports import Services
@@ -113,6 +114,9 @@ class LiveOps:
     def hosts_nothing(self, node: str) -> bool:
         return self.shell.run(node, ["docker", "ps", "-q"], timeout=30).stdout.strip() == ""
 
+    def start(self, node: str, container: str) -> None:
+        self.shell.run(node, ["docker", "start", container_name(container)], timeout=120)
+
 
 def reconcile(inventory: Inventory, store: Store, shell: RemoteShell,
               stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
@@ -160,7 +164,8 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
         return rows
 
     return Services(
-        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter),
+        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter,
+                                           install_guards=True, log=log),
         ops=LiveOps(inventory, store, shell, log, savings),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,

@@ -27,7 +27,7 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     proc = run("plan", "--json", "--time-limit", "5", db=db)
     plan = json.loads(proc.stdout)
     assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable", "held",
-                         "status", "expires_at", "prediction"}
+                         "status", "expires_at", "prediction", "qos", "lowered_caps"}
     assert plan["status"] == "RECOMMENDED"
     assert plan["held"] == {}
     assert plan["immovable"] == []  # the demo's containers can all move

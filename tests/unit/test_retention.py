@@ -156,7 +156,7 @@ def test_a_round_stays_within_its_budget(store: Store) -> None:
 
 #: tables that grow with the cluster and with time: a per-epoch query must search them by an index
 GROWING = ("container_demand", "energy", "energy_samples", "migrations", "power_events", "plans", "actions",
-           "approvals", "migration_steps", "traffic", "traffic_reads", "savings")
+           "approvals", "migration_steps", "traffic", "traffic_reads", "savings", "container_pressure")
 
 
 def per_epoch_queries(store: Store) -> dict[str, Callable[[], object]]:
@@ -177,6 +177,8 @@ def per_epoch_queries(store: Store) -> dict[str, Callable[[], object]]:
         "approvals.pending": store.approvals.pending,
         "traffic.pairs": lambda: store.traffic.pairs(since),
         "traffic.reads": lambda: store.traffic.reads(since),
+        "pressure.latest": lambda: store.pressure.latest(since=since),
+        "pressure.history": lambda: store.pressure.history(since=since),
     }
 
 

@@ -18,7 +18,7 @@ from peakpack.orchestrator.domain.config import demo_snapshot, parse_inventory
 from peakpack.orchestrator.domain.errors import InventoryError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory
 from peakpack.orchestrator.domain.plan import Plan
-from peakpack.orchestrator.domain.records import EnergyRow
+from peakpack.orchestrator.domain.records import EnergyRow, QosEventRecord
 from peakpack.orchestrator.domain.states import MigrationState, PlanStatus
 from peakpack.orchestrator.faces.web.app import create_app
 
@@ -64,6 +64,9 @@ def store(tmp_path: Path, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> I
                       EnergyRow("node-1", t0 + timedelta(minutes=10), t0 + timedelta(minutes=20), 3600.0, "rapl"),
                       EnergyRow("node-2", t0, t0 + timedelta(minutes=10), 1800.0, "model"),
                       EnergyRow("node-1", t0, t0 + timedelta(minutes=10), 360.0, "rapl", container=moved.name)])
+        s.qos.add([QosEventRecord("node-1", "a1b2", 1, t0, "cpu_suppress", None, "web stalled 23% (psi)"),
+                   QosEventRecord("node-1", "a1b2", 2, t0 + timedelta(seconds=5), "mem_evict", "batch",
+                                  "available 40 MiB < 10% of 512 MiB")])
         yield s
 
 
@@ -79,6 +82,8 @@ def test_the_page_renders_every_table_on_the_server_and_is_read_only_without_a_t
     )
     assert html.count('<tr class="migration"') == 1 and "123.4" in html
     assert html.count('<tr class="power-event"') == 1
+    assert html.count('<tr class="qos-event"') == 2 and "available 40 MiB &lt; 10% of 512 MiB" in html
+    assert html.index('data-kind="mem_evict"') < html.index('data-kind="cpu_suppress"')  # the newest first
     assert html.count("<li data-state=") == 2 * len(plan.actions)
     assert "<form" not in html and "Read-only" in html
     assert '<script src="/static/uPlot.iife.min.js">' in html

@@ -11,7 +11,7 @@ import typer
 
 from ...domain.errors import PeakpackError
 from ...domain.inputs import one_line
-from . import apply, config, history, lab, migrate, plan, power, reconcile, report, serve, service, simulate, web
+from . import apply, config, history, lab, migrate, plan, power, qos, reconcile, report, serve, service, simulate, web
 from .common import err
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ app.command()(apply.apply)
 app.command()(apply.reject)
 app.add_typer(lab.app, name="lab")
 app.add_typer(power.app, name="power")
+app.add_typer(qos.app, name="qos")
 app.add_typer(service.app, name="service")
 app.add_typer(config.app, name="config")
 

@@ -36,11 +36,14 @@ def up(
     disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", callback=bounded(inputs.LAB_DISK_GB),
                                                    help="GiB of each node's own filesystem (a sparse "
                                                    "image under DIR holding its docker data-root); default 8.")] = None,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", callback=bounded(inputs.LAB_MEMORY_MB),
+                                           help="Memory each node declares; its containers "
+                                           "together are limited to it (as to its CPUs).")] = 4096,
     folder: DirOpt = None,
 ) -> None:
     """Create the nodes, start their services, write DIR/inventory.toml."""
     lab = _lab(folder)
-    sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
+    sizes = {"memory_mb": memory_mb} if disk_gb is None else {"disk_gb": disk_gb, "memory_mb": memory_mb}
     with err.status("bringing the lab up") as status:
         lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
     out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}", markup=False, highlight=False)

@@ -94,6 +94,11 @@ def watts(value: Any) -> str:
     return _scaled(float(value), ((1, "W"), (1e3, "kW"), (1e6, "MW")), " ")
 
 
+def share(value: Any) -> str:
+    """A share of something (0.234) as a percentage: 23%."""
+    return "" if value is None else f"{float(value):.0%}"
+
+
 def when(value: Any) -> str:
     """An ISO 8601 instant as `MM-DD HH:MM:SS` (the year and zone rarely help in a table)."""
     if value is None:

@@ -27,6 +27,7 @@ class View:
 
     since: timedelta = timedelta(hours=24)
     plans: int = 20
+    qos_events: int = 100  # the newest QoS guard events shown
 
 
 def page_state(store: Store, inventory: Inventory | None, view: View = View()) -> dict[str, Any]:
@@ -35,6 +36,7 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
     plans = store.plans.recent(view.plans)
     migrations = store.migrations.history(start)
     power = store.power.events(start)
+    qos = store.qos.events(start)[-view.qos_events:]
     node_energy = store.energy.history(start)
     actions: dict[int, list[dict[str, Any]]] = {p.plan_id: [] for p in plans}
     if plans:
@@ -56,6 +58,7 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
                   for p in reversed(plans)],
         "migrations": [m.to_json() for m in reversed(migrations)],
         "power": [e.to_json() for e in reversed(power)],
+        "qos": [e.to_json() for e in reversed(qos)],
         "energy": {"nodes": cumulative_series(node_energy, lambda r: r.node),
                    "containers": cumulative_series(store.energy.of_containers(start), lambda r: r.container or "")},
     })
