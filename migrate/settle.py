@@ -105,6 +105,9 @@ class Settler:
     bmc_power: PowerProbe | None = None
     restore_timeout: float = 900.0
     notes: list[str] = field(default_factory=list)
+    #: called before every action on a node: raises (FencedError) once this process may act no
+    #: more (`Journal.check_fence`), so a fenced process stops touching nodes at once
+    guard: Callable[[], None] = lambda: None
 
     @property
     def checkpoint(self) -> str:
@@ -155,6 +158,7 @@ class Settler:
                 return MigrationState.IN_DOUBT, _join(note, d.why)
             if d.move is Move.LOST:
                 return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
+            self.guard()
             try:
                 await self.act(d)
             except (PeakpackError, EngineAPIError, OSError) as exc:

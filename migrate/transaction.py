@@ -33,8 +33,9 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import spec
-from .copy import rsync, stream_image
+from . import room, spec
+from .copy import copy_all, stream_image
+from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
@@ -43,6 +44,11 @@ StepHook = Callable[[str], Awaitable[None]]
 
 #: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
 MIN_CRIU = (4, 2)
+#: the longest a checkpoint, an image pull and the flush before the freeze may take (`service
+#: install` sizes its stop timeout by the longest step)
+CHECKPOINT_TIMEOUT_S = 900.0
+PULL_TIMEOUT_S = 900.0
+SYNC_TIMEOUT_S = 600.0
 #: options CRIU must read when runc calls it, so established TCP connections do not block a dump
 CRIU_RUNC_CONF = "/etc/criu/runc.conf"
 TCP_OPTIONS = ("tcp-close", "tcp-established")
@@ -139,6 +145,7 @@ class Migration:
             await self._step("preflight", self.preflight)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
             return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=True)
         failure = None
         try:
             for name, fn, nbytes in (
@@ -153,7 +160,10 @@ class Migration:
             raise  # another controller leads now and settles this migration from the facts: hands off
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
             failure = _one_line(exc)
-        return await self.settle(failure)
+        result = await self.settle(failure)
+        if result.state is not MigrationState.IN_DOUBT:
+            await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
+        return result
 
     async def settle(self, failure: str | None) -> MigrationResult:
         """Finish forward or back from what the nodes show (journaled as its own step)."""
@@ -161,9 +171,11 @@ class Migration:
             await self.hook("settling")
         self.progress("settling" if failure is None else "rolling back")
         settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
-                          self.bmc_power, self.restore_timeout())
+                          self.bmc_power, self.restore_timeout(), guard=self.store.check_fence)
         try:
             sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+        except FencedError:
+            raise  # another controller leads: it settles this migration from the facts; touch nothing
         except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
             sid = None
         state, reason = await settler.run(checkpointed=self.t.frozen_at is not None, failure=failure)
@@ -179,6 +191,8 @@ class Migration:
                 )
                 return self._result(state, reason)
             return self._finish(state, reason)
+        except FencedError:
+            raise
         except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
             return self._result(state, reason)
 
@@ -211,6 +225,7 @@ class Migration:
                 raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
                                       "copied only between overlay2 engines")
         self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
+        await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
         versions, (here, there) = await asyncio.gather(
             asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
             asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
@@ -274,7 +289,7 @@ class Migration:
             digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
             for digest in digests or ():
                 try:
-                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=PULL_TIMEOUT_S)
                     break
                 except (EngineAPIError, PeakpackError):
                     continue
@@ -329,15 +344,13 @@ class Migration:
         return pairs
 
     async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
-        target = self._spec(self.target)
-        done = await asyncio.gather(*(rsync(self.ssh, self.source, a, target, b) for a, b in pairs))
-        return sum(c.bytes_sent for c in done)
+        return await copy_all(self.ssh, self.source, pairs, self._spec(self.target))
 
     async def precopy(self) -> str:
         """While the container runs: most of its files reach the target before the freeze."""
         self.t.precopy_bytes = await self._copy_all(self._copies())
         # flush what was written before the freeze, so the dump does not queue behind it
-        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
+        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=SYNC_TIMEOUT_S) for n in (self.source, self.target)))
         return f"{self.t.precopy_bytes} bytes"
 
     @property
@@ -358,7 +371,7 @@ class Migration:
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
         await self.ssh.run(self.source, ["docker", "checkpoint", "create", self.container, checkpoint_name(self.mid)],
-                           timeout=900)
+                           timeout=CHECKPOINT_TIMEOUT_S)
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
 
     async def transfer(self) -> str:

@@ -58,7 +58,8 @@ class Instance:
         powered = snap.powered()
         cpus = np.array([float(s.cpus) for s in specs])
         memory_mb = np.array([float(s.memory_mb) for s in specs])
-        cpu_cap, mem_cap = capacity.capacity(cpus, memory_mb, cap, inv.cluster.memory_cap)
+        caps = np.array([capacity.node_cap(s, cap) for s in specs])
+        cpu_cap, mem_cap = capacity.capacity(cpus, memory_mb, caps, inv.cluster.memory_cap)
         watts = np.array([s.power.watts for s in specs], dtype=float).reshape(len(specs), 11)
         watts += (w.off_epochs - 1.0) * watts[:, :1]  # the objective's idle price (Weights)
         initially_on = np.array([s.name in powered for s in specs], dtype=bool)
@@ -69,7 +70,7 @@ class Instance:
         types: dict[tuple, int] = {}
         node_type = np.array(
             [
-                types.setdefault((s.cpus, s.memory_mb, s.power.watts, s.can_power_off), len(types))
+                types.setdefault((s.cpus, s.memory_mb, s.power.watts, s.can_power_off, s.cap), len(types))
                 for s in specs
             ],
             dtype=np.int64,

@@ -74,6 +74,8 @@ class PlacementProblem:
     #: forecast bytes per second between two containers (both directions), by unordered pair of
     #: names (`decide.traffic.edge`); each pair on two nodes costs `Weights.traffic_w_per_mbps`
     traffic: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/qos.lowered_caps`)
+    lowered_caps: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cpu_cap(self) -> float:
