@@ -274,20 +274,27 @@ class PassBounds:
 
 
 def consolidate(pack: Packing, candidates: np.ndarray | None = None, passes: int = 3) -> int:
-    """Drain nodes, least utilised first, until a pass empties none; returns nodes emptied."""
+    """Drain nodes, least utilised first, until a pass empties none; returns nodes emptied.
+    A node whose drain failed with no drain succeeding since is not tried again: it would fail
+    the same way (a drain that fails changes nothing)."""
     inst = pack.inst
     emptied = 0
+    failed_at = np.full(inst.n_nodes, -1)  # emptied when the node's drain last failed
     for _ in range(passes):
-        mask = pack.on & inst.can_off & ~pack.over_cap()
+        mask = pack.on & inst.can_off & ~pack.over_cap() & (failed_at != emptied)
         if candidates is not None:
             mask &= candidates
         nodes = np.flatnonzero(mask)
         order = nodes[np.lexsort((nodes, pack.load[nodes] / inst.cpu_cap[nodes]))]
         bounds = PassBounds(pack, order) if inst.graph.edges else None
         before = emptied
-        for s in order:
-            if pack.on[s] and try_drain(pack, int(s), bounds):
+        for s in order.tolist():
+            if not pack.on[s]:
+                continue
+            if try_drain(pack, s, bounds):
                 emptied += 1
+            else:
+                failed_at[s] = emptied
         if emptied == before:
             break
     return emptied
