@@ -39,11 +39,13 @@ class TrafficGraph:
     def build(cls, traffic: Mapping[tuple[str, str], float], index: Mapping[str, int], w_per_mbps: float,
               containers: int) -> TrafficGraph:
         """Edges between known containers with a positive weight (none when the weight is 0)."""
-        pairs = sorted((index[x], index[y], rate) for (x, y), rate in traffic.items()
-                       if x in index and y in index and x != y and rate > 0 and w_per_mbps > 0)
-        a = np.array([min(p[0], p[1]) for p in pairs], dtype=np.int64)
-        b = np.array([max(p[0], p[1]) for p in pairs], dtype=np.int64)
-        rate = np.array([p[2] for p in pairs], dtype=float)
+        pairs = traffic.items() if w_per_mbps > 0 else ()
+        known = [(index.get(x, -1), index.get(y, -1), rate) for (x, y), rate in pairs]
+        x, y, rate = np.array(known, dtype=float).reshape(-1, 3).T
+        keep = (x >= 0) & (y >= 0) & (x != y) & (rate > 0)
+        x, y, rate = x[keep].astype(np.int64), y[keep].astype(np.int64), rate[keep]
+        order = np.lexsort((rate, y, x))  # the pairs by (x, y, rate)
+        a, b, rate = np.minimum(x, y)[order], np.maximum(x, y)[order], rate[order]
         ends = np.concatenate([a, b])
         order = np.argsort(ends, kind="stable")
         eid = np.concatenate([np.arange(len(a)), np.arange(len(a))])[order]
