@@ -19,6 +19,7 @@ steps 2-3 keep within the disruption budget (`Packing.within_budget`).
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -641,7 +642,7 @@ def _third_nodes(pack: Packing, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
     on = np.flatnonzero(pack.on)
     if len(cpu) == 0 or len(on) == 0:
         return np.zeros(0, dtype=np.int64)
-    x, m = float(np.median(cpu)), float(np.median(mem))
+    x, m = statistics.median(cpu.tolist()), statistics.median(mem.tolist())  # np.median imports numpy.ma: 20-45 ms
     cand = on[inst.fits(pack.load[on] + x, pack.mem[on] + m, on)]
     if len(cand) <= THIRD_NODES:
         return cand
