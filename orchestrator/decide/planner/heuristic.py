@@ -42,7 +42,8 @@ def pick_target(pack: Packing, c: int, mask: np.ndarray) -> tuple[int, float] | 
         return None
     inst = pack.inst
     delta = pack.move_delta(c, targets)
-    spare = (inst.cpu_cap[targets] - pack.load[targets] - inst.cpu[c]) / inst.cpu_cap[targets]
+    cap = inst.cpu_cap[targets]
+    spare = (cap - pack.load[targets] - inst.cpu[c]) / cap
     best = int(np.argmin(delta - ROOM_W * spare))
     return int(targets[best]), float(delta[best])
 

@@ -139,10 +139,9 @@ class Instance:
             return np.array([self.power1(int(nodes[0]), float(load[0]))])
         u = np.clip(load / self.cpus[nodes], 0.0, 1.0) * 10.0
         i = np.minimum(u.astype(np.int64), 9)
-        w = self.watts[nodes]
-        rows = np.arange(len(nodes))
-        lo = w[rows, i]
-        return lo + (w[rows, i + 1] - lo) * (u - i)
+        at = nodes * 11 + i  # watts[nodes, i] in the flat array: no (nodes, 11) copy
+        lo = self.watts.ravel()[at]
+        return lo + (self.watts.ravel()[at + 1] - lo) * (u - i)
 
     def power1(self, node: int, load: float) -> float:
         """Watts of one node at CPU `load`; the scalar twin of `power` for inner loops."""

@@ -126,9 +126,8 @@ class Packing:
         inst, w = self.inst, self.inst.problem.weights
         s = int(self.assign[c])
         cpu = inst.cpu[c]
-        delta = inst.power(targets, self.load[targets] + cpu) - inst.power(
-            targets, self.load[targets]
-        )
+        load = self.load[targets]
+        delta = inst.power(targets, load + cpu) - inst.power(targets, load)
         delta += inst.power1(s, self.load[s] - cpu) - inst.power1(s, self.load[s])
         cost = inst.mig_cost[c]
         delta += np.where(targets != inst.orig[c], cost, 0.0) - (cost if s != inst.orig[c] else 0.0)
