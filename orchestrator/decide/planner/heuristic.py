@@ -561,8 +561,8 @@ def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray 
     none = np.full(len(a), -1, dtype=np.int64)
     on_ends = np.zeros(inst.n_nodes, dtype=bool)  # each node of a pair: its containers, the cheapest to move first
     on_ends[sa] = on_ends[sb] = True
-    near = np.flatnonzero(on_ends[assign])
-    cheapest = near[np.lexsort((inst.mig_cost[near], assign[near]))]
+    near = inst.cheapest_to_move[on_ends[assign[inst.cheapest_to_move]]]
+    cheapest = near[np.argsort(assign[near], kind="stable")]
     ptr = np.concatenate([[0], np.cumsum(np.bincount(assign[near], minlength=inst.n_nodes))])
     for c, d, s, t in ((a, b, sa, sb), (b, a, sb, sa)):
         fit = pack.fits_at(c, t)

@@ -188,6 +188,11 @@ class Instance:
         return np.maximum(slopes.min(axis=1), 0.0) if self.n_nodes else np.zeros(0)
 
     @cached_property
+    def cheapest_to_move(self) -> np.ndarray:
+        """Containers, the cheapest to migrate first (ties by index)."""
+        return np.argsort(self.mig_cost, kind="stable")
+
+    @cached_property
     def efficiency_order(self) -> np.ndarray:
         """Usable nodes, most work per watt at the cap first (watts at the cap / capacity)."""
         idx = np.flatnonzero(self.usable)
