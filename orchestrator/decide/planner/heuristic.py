@@ -158,13 +158,15 @@ def _least_left(pack: Packing, s: int, members: list[int], bounds: PassBounds | 
                 ) -> tuple[np.ndarray, np.ndarray, dict[int, list[tuple[int, float]]]]:
     """For each k, lower bounds on what moving members[k:] off s (in that order) changes in the
     objective besides the power s sheds: their migrations (paid, or got back for a container
-    returning home) plus what their traffic pairs can change (`_traffic_least`); and what they
+    returning home, if it has room there now) plus what their traffic pairs can change (`_traffic_least`); and what they
     could shed in devil pairs on s and group spans. A target's power only grows; with a traffic
     graph, by at least `_power_floor` per unit of CPU it takes. Also, per member (by its place),
     its pairs with members after it: (their place, weight)."""
     inst, w = pack.inst, pack.inst.problem.weights
     cs = np.array(members, dtype=np.int64)
-    moves = np.where(inst.orig[cs] == s, inst.mig_cost[cs], -inst.mig_cost[cs])
+    home = inst.orig[cs]
+    back = pack.fits_at(cs, home)  # room at home now: targets only fill up during a drain
+    moves = np.where(home == s, inst.mig_cost[cs], np.where(back, -inst.mig_cost[cs], 0.0))
     later: dict[int, list[tuple[int, float]]] = {}
     if inst.graph.edges:  # (without pairs, the arithmetic is the graph-blind planner's, bit for bit)
         kept = bounds.get(s) if bounds is not None else None
