@@ -179,16 +179,16 @@ class Packing:
         dev1, dev2 = inst.devil[c1].astype(np.int64), (inst.devil[d2] & two).astype(np.int64)
         cpu = np.stack([-cpu1, cpu1, -cpu2, cpu2], axis=1)
         dev = np.stack([-dev1, dev1, -dev2, dev2], axis=1)
-        delta = np.zeros(rows)
-        for j in range(4):  # each node once, with every change made to it
-            same = nodes == nodes[:, j:j + 1]
-            first = ~same[:, :j].any(axis=1)
-            n = nodes[first, j]
-            load = (cpu * same).sum(axis=1)[first]
-            delta[first] += inst.power(n, self.load[n] + load) - inst.power(n, self.load[n])
-            if w.contention_w > 0:
-                k, dk = self.devils[n], (dev * same).sum(axis=1)[first]
-                delta[first] += w.contention_w * ((k + dk) * (k + dk - 1) // 2 - k * (k - 1) // 2)
+        same = nodes[:, :, None] == nodes[:, None, :]  # [i, j, k]: row i's j-th and k-th node are one
+        first = ~np.tril(same, -1).any(axis=2)  # each node of a row once, with every change made to it
+        row = np.broadcast_to(np.arange(rows)[:, None], nodes.shape)[first]
+        n = nodes[first]
+        change = (same * cpu[:, None, :]).sum(axis=2)[first]
+        node = inst.power(n, self.load[n] + change) - inst.power(n, self.load[n])
+        if w.contention_w > 0:
+            k, dk = self.devils[n], (same * dev[:, None, :]).sum(axis=2)[first]
+            node += w.contention_w * ((k + dk) * (k + dk - 1) // 2 - k * (k - 1) // 2)
+        delta = np.bincount(row, node, minlength=rows)
         o1, o2 = inst.orig[c1], inst.orig[d2]
         delta += inst.mig_cost[c1] * ((t1 != o1).astype(float) - (s1 != o1))
         delta += np.where(two, inst.mig_cost[d2] * ((t2 != o2).astype(float) - (s2 != o2)), 0.0)
