@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 
@@ -39,11 +40,12 @@ class TrafficGraph:
     def build(cls, traffic: Mapping[tuple[str, str], float], index: Mapping[str, int], w_per_mbps: float,
               containers: int) -> TrafficGraph:
         """Edges between known containers with a positive weight (none when the weight is 0)."""
-        pairs = traffic.items() if w_per_mbps > 0 else ()
-        known = [(index.get(x, -1), index.get(y, -1), rate) for (x, y), rate in pairs]
-        x, y, rate = np.array(known, dtype=float).reshape(-1, 3).T
+        n = len(traffic) if w_per_mbps > 0 else 0
+        xs, ys = zip(*traffic) if n else ((), ())
+        x, y = (np.fromiter(map(index.get, names, repeat(-1, n)), np.int64, n) for names in (xs, ys))
+        rate = np.fromiter(traffic.values(), float, n)
         keep = (x >= 0) & (y >= 0) & (x != y) & (rate > 0)
-        x, y, rate = x[keep].astype(np.int64), y[keep].astype(np.int64), rate[keep]
+        x, y, rate = x[keep], y[keep], rate[keep]
         order = np.lexsort((rate, y, x))  # the pairs by (x, y, rate)
         a, b, rate = np.minimum(x, y)[order], np.maximum(x, y)[order], rate[order]
         ends = np.concatenate([a, b])
