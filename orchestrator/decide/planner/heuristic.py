@@ -579,7 +579,8 @@ def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray 
         return best
     price = pack.price_moves(c1, t1, c2, t2)
     order = np.lexsort((np.arange(len(pair)), price, pair))
-    first = order[np.r_[True, pair[order][1:] != pair[order][:-1]]]
+    ranked = pair[order]
+    first = order[np.concatenate([[True], ranked[1:] != ranked[:-1]])]
     at = pair[first]
     for field, values in (("price", price), ("c1", c1), ("t1", t1), ("c2", c2), ("t2", t2)):
         getattr(best, field)[at] = values[first]
@@ -650,10 +651,11 @@ def _third_nodes(pack: Packing, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
     if len(cand) <= THIRD_NODES:
         return cand
     added = inst.power(cand, pack.load[cand] + x) - inst.power(cand, pack.load[cand])
-    cheap = cand[np.argsort(added, kind="stable")[: THIRD_NODES // 2]]
-    roomy = cand[np.argsort(pack.load[cand] / inst.cpu_cap[cand], kind="stable")]
-    roomy = roomy[~np.isin(roomy, cheap)][: THIRD_NODES - len(cheap)]
-    return np.concatenate([cheap, roomy])
+    picked = np.argsort(added, kind="stable")[: THIRD_NODES // 2]
+    rest = np.ones(len(cand), dtype=bool)
+    rest[picked] = False
+    roomy = cand[rest][np.argsort(pack.load[cand[rest]] / inst.cpu_cap[cand[rest]], kind="stable")]
+    return np.concatenate([cand[picked], roomy[: THIRD_NODES - len(picked)]])
 
 
 def start(pack: Packing, deadline: float = math.inf) -> None:
