@@ -503,7 +503,7 @@ def price_now(pack: Packing, movers: list[tuple[int, int]]) -> float:
         s = int(assign[c])
         nbr, eid = graph.around(c)
         for p, e in zip(nbr.tolist(), eid.tolist()):
-            if any(p == m for m, _ in movers[:j]):
+            if j and p == movers[0][0]:
                 continue  # the pair between the two moved containers, counted once
             there, was = after.get(p, int(assign[p])), int(assign[p])
             total += float(graph.w[e]) * ((t != there) - (s != was))

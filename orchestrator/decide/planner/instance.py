@@ -145,10 +145,16 @@ class Instance:
 
     def power1(self, node: int, load: float) -> float:
         """Watts of one node at CPU `load`; the scalar twin of `power` for inner loops."""
-        u = min(max(load / self.cpus[node], 0.0), 1.0) * 10.0
+        cpus, watts = self._curves
+        u = min(max(float(load) / cpus[node], 0.0), 1.0) * 10.0
         i = min(int(u), 9)
-        w = self.watts[node]
-        return float(w[i] + (w[i + 1] - w[i]) * (u - i))
+        w = watts[node]
+        return w[i] + (w[i + 1] - w[i]) * (u - i)
+
+    @cached_property
+    def _curves(self) -> tuple[list[float], list[list[float]]]:
+        """`cpus` and `watts` as Python lists: `power1` reads them without numpy's cost per item."""
+        return self.cpus.tolist(), self.watts.tolist()
 
     def fits(
         self,
