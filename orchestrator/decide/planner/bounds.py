@@ -246,8 +246,7 @@ def traffic_bound(inst: Instance) -> float:
     """Pairs whose two containers may share no node are split in every placement."""
     graph = inst.graph
     total = 0.0
-    for k in np.flatnonzero([a in inst.eligible or b in inst.eligible
-                             for a, b in zip(graph.a.tolist(), graph.b.tolist())]).tolist():
+    for k in np.flatnonzero(inst.restricted[graph.a] | inst.restricted[graph.b]).tolist():
         if not (inst.allowed(int(graph.a[k])) & inst.allowed(int(graph.b[k]))).any():
             total += float(graph.w[k])
     return total
