@@ -384,7 +384,7 @@ def swap_devil(pack: Packing, d: int) -> bool:
 #: a round of `join` ends before a pair this many times lighter than the heaviest pair waiting
 DEFER_RATIO = 2.0
 #: the fewest pairs `join` prices at once
-BAND_PAIRS = 128
+BAND_PAIRS = 256
 
 
 def join(pack: Packing, deadline: float = math.inf) -> int:
