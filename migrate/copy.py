@@ -28,7 +28,10 @@ PEER_SSH = ('ssh ${PEAKPACK_PEER_IDENTITY:+-i $PEAKPACK_PEER_IDENTITY} '
 #: --delete: files removed since the pre-copy are removed on the target too; --timeout=60: a copy
 #: that moves nothing for a minute fails instead of hanging.
 RSYNC_SCRIPT = (f'exec rsync -aHAX --numeric-ids --delete --modify-window=-1 --mkpath --inplace --stats --timeout=60 '
-                f'-e "{PEER_SSH}" "$1" "$2"')
+                f'-e "{PEER_SSH} $3" "$1" "$2"')
+#: ssh options that keep the first connection of a migration open (`rsync(..., control=PATH)`) for
+#: the ones after it: the copy while the container is frozen then saves SSH's key exchange (~0.4 s)
+SHARED_CONNECTION = "-o ControlMaster=auto -o ControlPath={path} -o ControlPersist=60"
 
 #: The image goes straight from the source's engine into the target's; pipefail so a failed save
 #: is not hidden by a load that read nothing.
@@ -47,10 +50,13 @@ def login(spec: NodeSpec) -> str:
 
 
 async def rsync(ssh: SshPool, source: str, path: str, target: NodeSpec, dest: str, *,
-                timeout: float = 1800.0) -> Copied:
+                timeout: float = 1800.0, control: str | None = None) -> Copied:
     """Make `dest` on the target the same folder as `path` on the source (trailing slashes: the
-    contents). Repeating it copies only what changed, which is how pre-copy and delta work."""
-    res = await ssh.run(source, ["bash", "-c", RSYNC_SCRIPT, "rsync", path, f"{login(target)}:{dest}"],
+    contents). Repeating it copies only what changed, which is how pre-copy and delta work.
+    `control`: a socket path on the source (per migration) through which copies share one SSH
+    connection to the target."""
+    shared = SHARED_CONNECTION.format(path=control) if control else ""
+    res = await ssh.run(source, ["bash", "-c", RSYNC_SCRIPT, "rsync", path, f"{login(target)}:{dest}", shared],
                         timeout=timeout)
     m = _SENT.search(res.stdout)
     if m is None:

@@ -37,7 +37,7 @@ from .model import (
     SshConfig,
     WebConfig,
 )
-from .settings import ForecastSettings, PlannerSettings
+from .settings import ForecastSettings, MigrationSettings, PlannerSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 HOSTNAME_RE = re.compile(
@@ -213,6 +213,28 @@ class _Window(_Strict):
                               self.timezone)
 
 
+class _Migration(_Strict):
+    """`[migration]`: see settings.MigrationSettings (unset keys keep its defaults)."""
+
+    grace_seconds: Annotated[float, Field(ge=0)] | None = None
+    post_copy: bool | None = None
+    dump_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    page_server_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
+    page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> _Migration:
+        first = self.page_server_port or MigrationSettings.page_server_port
+        count = self.page_server_ports or MigrationSettings.page_server_ports
+        if first + count - 1 > 65535:
+            raise ValueError(f"page_server_port + page_server_ports goes past 65535 ({first} + {count}); "
+                             "lower one of them")
+        return self
+
+    def settings(self) -> MigrationSettings:
+        return MigrationSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
+
+
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
@@ -222,6 +244,7 @@ class _Inventory(_Strict):
     windows: list[_Window] = []
     web: _Web | None = None
     review: _Review = _Review()
+    migration: _Migration = _Migration()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -383,7 +406,7 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                      review=ReviewConfig(inv.review.plan_ttl_seconds),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows))
+                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings())
 
 
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`
@@ -516,12 +539,12 @@ def load_snapshot(path: str | os.PathLike[str], inventory: Inventory) -> Cluster
 
 def demo_inventory() -> Inventory:
     """The embedded example cluster, so `peakpack plan` works on a fresh install."""
-    files = resources.files("inventory")
+    files = resources.files("peakpack.inventory")
     text = (files / "demo.toml").read_text()
     return parse_inventory(text, base=Path("."), source=Path("<embedded demo.toml>"))
 
 
 def demo_snapshot(inventory: Inventory) -> ClusterSnapshot:
-    files = resources.files("inventory")
+    files = resources.files("peakpack.inventory")
     data = json.loads((files / "demo-snapshot.json").read_text())
     return parse_snapshot(data, inventory, label="<embedded demo-snapshot.json>")

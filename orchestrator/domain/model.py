@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .budgets import Budgets, Window
-from .settings import PlannerSettings
+from .settings import MigrationSettings, PlannerSettings
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
 #: curve at the measured load: an estimate, never shown as measured
@@ -146,6 +146,7 @@ class Inventory:
     review: ReviewConfig = field(default_factory=ReviewConfig)
     budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
     windows: tuple[Window, ...] = ()
+    migration: MigrationSettings = field(default_factory=MigrationSettings)  # [migration]
 
     def __post_init__(self) -> None:
         """Settings left at the default caps take the cluster's; caps set on both must agree."""

@@ -113,7 +113,8 @@ class LiveOps:
 def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[str]:
     """Repair what a crash left ONGOING by looking at the nodes, never assuming success: the
     migrations first, then the power events, then the plan actions they belonged to."""
-    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory)))
+    lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory),
+                                            inventory.migration))
     lines += reconcile_power_events(store.power, inventory)
     lines += finish_unfinished_actions(store, lambda node: bmc_is_on(inventory, node))
     return lines
