@@ -47,6 +47,7 @@ TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "ta
 _BEGIN = "# peakpack migration {mid} begin (removed when the migration ends)"
 _BEGIN_NL = "# peakpack migration {mid} begin (removed when the migration ends, with the line break before it)"
 _END = "# peakpack migration {mid} end"
+_BROUGHT_BREAK = b"with the line break before it"
 _MARK = re.compile(rb"^# peakpack migration (\d+) (begin|end)\b")
 
 
@@ -68,21 +69,29 @@ def with_block(conf: bytes, migration_id: int, lines: Sequence[str]) -> bytes:
 
 
 def without_block(conf: bytes, migration_id: int) -> bytes:
-    """`conf` without this migration's block: what the operator had, byte for byte."""
+    """`conf` without this migration's block: what the operator had, byte for byte. When the block
+    brought the line break before it, that goes too if the block was last; if another migration's
+    block follows, that one takes the line break over (and says so); lines the operator added after
+    it keep it, since they need it."""
     out: list[bytes] = []
-    inside = False
-    for line in conf.splitlines(keepends=True):
+    lines = conf.splitlines(keepends=True)
+    inside = owes_break = False
+    for i, line in enumerate(lines):
         mark = _MARK.match(line)
         if mark and int(mark.group(1)) == migration_id:
-            if mark.group(2) == b"begin":
-                inside = True
-                if b"with the line break before it" in line and out and out[-1].endswith(b"\n"):
-                    out[-1] = out[-1][:-1]
-            else:
-                inside = False
+            inside = mark.group(2) == b"begin"
+            owes_break = owes_break or (inside and _BROUGHT_BREAK in line)
             continue
-        if not inside:
-            out.append(line)
+        if inside:
+            continue
+        if owes_break and i > 0:
+            owes_break = False
+            other = _MARK.match(line)
+            if other and other.group(2) == b"begin" and _BROUGHT_BREAK not in line:
+                line = _BEGIN_NL.format(mid=int(other.group(1))).encode() + b"\n"
+        out.append(line)
+    if owes_break and out and out[-1].endswith(b"\n"):
+        out[-1] = out[-1][:-1]
     return b"".join(out)
 
 

@@ -114,6 +114,9 @@ def decide(src: Side, dst: Side, grace_s: float = 0.0) -> Decision:
         return Decision(Move.LOST, f"post-copy to {dst.node} ended before every page arrived and the copy on "
                                    f"{src.node} that held the rest of its memory is gone; the copy on {dst.node} "
                                    "runs without those pages")
+    if dst.copy is Copy.DUMPED:  # a migration never dumps its target: someone else did; keep it as it is
+        return Decision(Move.WAIT, f"{dst.node} shows a copy a CRIU dump left stopped, which this migration "
+                                   "never makes there: an operator must look (resume or remove it)")
     if src.copy is Copy.RUNNING:
         if dst.copy is Copy.ABSENT:
             return Decision(Move.DONE_BACK, f"runs on {src.node}, nothing left on {dst.node}")
