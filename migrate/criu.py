@@ -43,7 +43,7 @@ RUNC_CONF = "/etc/criu/runc.conf"
 OURS = frozenset({"images-dir", "work-dir", "page-server", "address", "port", "lazy-pages", "leave-running",
                   "leave-stopped"})
 #: what settling reads on each node and what the pages-to-the-target path runs there
-TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum")
+TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash")
 _BEGIN = "# peakpack migration {mid} begin (removed when the migration ends)"
 _BEGIN_NL = "# peakpack migration {mid} begin (removed when the migration ends, with the line break before it)"
 _END = "# peakpack migration {mid} end"
@@ -338,6 +338,8 @@ resume)  # PID: undo leave-stopped: CRIU's network lock out of the container's n
   done
   for p in $(procs $1); do kill -CONT $p 2>/dev/null; done
   if nsenter -t $1 -n iptables -S CRIU >/dev/null 2>&1; then echo "CRIU's network lock is still there"; exit 1; fi;;
+answering)  # ADDRESS:PORT...: those that accept a TCP connection from this node within 3 s
+  for a; do timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${a%:*}" "${a##*:}" 2>/dev/null && echo "$a"; done; true;;
 facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
   mid=$1 dir=$2 ck=$3 pid=$4
   echo "now=$(date +%s.%N)"
@@ -466,6 +468,12 @@ class NodeCriu:
 
     async def resume(self, pid: int) -> None:
         await self.run("resume", pid)
+
+    async def answering(self, addresses: Sequence[str]) -> set[str]:
+        """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from this node."""
+        if not addresses:
+            return set()
+        return set((await self.run("answering", *addresses, timeout=30 + 3 * len(addresses))).split())
 
     async def facts(self, checkpoint_dir: str, pid: int) -> Facts:
         return parse_facts(self.node, await self.run("facts", self.mid, self.dir, checkpoint_dir, pid, timeout=30))

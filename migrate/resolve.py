@@ -12,8 +12,9 @@ and reconciliation (at start, every epoch, `peakpack reconcile`) both observe th
 invariants:
 - at most one running copy: nothing is started or resumed while the other node might run one;
 - the container's state is never destroyed before a copy runs from it: the source, dumped and
-  left stopped, is removed only once the target has run for the grace period, and a failure
-  before that resumes it in place.
+  left stopped, is removed only once the target has run for the grace period and answers on the
+  published ports that answered before the migration, and a failure before that resumes it in
+  place.
 The transition table with the reason for each row is in docs/migration.md.
 """
 
@@ -54,6 +55,9 @@ class Side:
     doubt: str = "does not answer"
     #: how long a RUNNING copy has run, by its node's clock
     running_s: float = 0.0
+    #: a RUNNING copy accepts connections on the published ports that answered on the source
+    #: before the migration (always True for a container that publishes none)
+    answers: bool = True
     #: this migration's lock, runc.conf block or CRIU daemon is on the node: settling removes them
     #: from every node that answers and runs nothing of the migration (`decide` does not read it)
     armed: bool = False
@@ -103,6 +107,9 @@ def decide(src: Side, dst: Side, grace_s: float = 0.0) -> Decision:
         if src.copy is Copy.DUMPED and dst.running_s < grace_s:
             return Decision(Move.SOAK, f"runs on {dst.node} for {dst.running_s:.1f} s; the stopped copy on "
                                        f"{src.node} is kept until it has run {grace_s:g} s")
+        if src.copy is Copy.DUMPED and not dst.answers:
+            return Decision(Move.REMOVE_TARGET, f"runs on {dst.node} but does not answer on the ports it answered "
+                                                f"on before; {src.node} still holds it, dumped and stopped")
         return Decision(Move.FINISH, f"runs on {dst.node}")
     if dst.copy is Copy.PARTIAL:
         if src.copy in (Copy.DUMPED, Copy.RUNNING):

@@ -29,6 +29,7 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
+from . import spec
 from .criu import Facts, LazyPages, NodeCriu
 from .resolve import Copy, Decision, Images, Move, Side, decide
 
@@ -49,6 +50,9 @@ class MigrationFacts:
     restart_policy: dict[str, Any] = field(default_factory=lambda: dict(NO_RESTART))
     volumes: tuple[str, ...] = ()
     summary: str = ""
+    #: published TCP ports ('PORT/tcp') that accepted connections on the source before anything
+    #: changed: the target must answer on them before the source goes
+    answering: tuple[str, ...] = ()
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -57,7 +61,8 @@ class MigrationFacts:
     def loads(cls, text: str | None) -> MigrationFacts | None:
         try:
             d = json.loads(text or "")
-            return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")))
+            return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")),
+                       tuple(d.get("answering", ())))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -152,12 +157,20 @@ class Settler:
             facts = await criu.facts(folder, pid)
             if d is None:
                 return Side(node, Copy.ABSENT, armed=facts.armed)
-            return Side(node, _copy(d, facts), _images(facts), running_s=_running_s(d, facts), armed=facts.armed)
+            return Side(node, _copy(d, facts), _images(facts), running_s=_running_s(d, facts), armed=facts.armed,
+                        answers=await self._answers(criu, d) if node == self.target and pid else True)
         except EngineAPIError as exc:  # the engine answered with an error (e.g. a 500 from inspect)
             return Side(node, Copy.UNKNOWN, doubt=f"answers, but its engine failed: {_one_line(exc)}")
         except NodeError:
             off = await asyncio.to_thread(self.bmc_power, node) is False if self.bmc_power else False
             return Side(node, Copy.UNKNOWN, fenced=off)
+
+    async def _answers(self, criu: NodeCriu, d: dict[str, Any]) -> bool:
+        """Whether the copy `d` accepts connections on every port that answered on the source."""
+        if not self.facts.answering:
+            return True
+        addresses = spec.probe_addresses(d, self.facts.answering)
+        return set(addresses) <= await criu.answering(addresses)
 
     async def run(self, checkpointed: bool, failure: str | None) -> tuple[MigrationState, str | None]:
         """Settle; returns the migration's state (terminal, or IN_DOUBT) and the reason to record."""
@@ -179,8 +192,9 @@ class Settler:
             except (PeakpackError, EngineAPIError, OSError) as exc:
                 return MigrationState.IN_DOUBT, _join(note, f"{d.move.value} failed: {_one_line(exc)}; retried "
                                                            "at the next reconciliation")
-            if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH):
-                note = _join(note, d.why)
+            if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH) or (
+                    note is None and d.move in (Move.REMOVE_TARGET, Move.RESUME_SOURCE)):
+                note = _join(note, d.why)  # what lost the state, or why a migration without error goes back
             if d.move is Move.DONE_FORWARD:
                 return MigrationState.SUCCEEDED, note
             if d.move is Move.DONE_BACK:

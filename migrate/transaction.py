@@ -244,9 +244,12 @@ class Migration:
             if name not in there.networks:
                 self.networks_to_create.append(spec.network_create_args(here.networks[name]))
         await self._ensure_image()
+        tcp = {p: spec.probe_addresses(src, (p,)) for p in spec.published_ports(src) if p.endswith("/tcp")}
+        answered = await self.src_criu.answering(sorted({a for addresses in tcp.values() for a in addresses}))
         self.facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
-                           volumes=tuple(v.name for v in spec.volumes(src)),
-                           summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}")
+                                    volumes=tuple(v.name for v in spec.volumes(src)),
+                                    summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}",
+                                    answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered))
         return self.facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _inspect_all(self, node: str) -> list[dict[str, Any]]:

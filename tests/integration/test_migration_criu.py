@@ -258,3 +258,25 @@ def test_a_process_not_root_is_refused_in_one_line_where_root_lacks_cap_sys_reso
     assert result.reason.startswith(f"{NAME}: its process ") and "runs as uid 1000 gid 1000" in result.reason
     assert "node-1 lacks CAP_SYS_RESOURCE" in result.reason
     assert copies(lab) == {"node-1": "running"}  # nothing changed
+
+
+def test_a_target_that_stops_answering_on_its_port_hands_back_to_the_source(criu_lab: Lab, tmp_path: Path) -> None:
+    """The restored copy runs but its server is gone: it answered on its published port before the
+    migration, so the source, kept for the grace period, is resumed and answers again."""
+    lab = criu_lab
+    docker(lab.node("node-1"), "run", "-d", "--name", NAME, "-p", "8090:80", IMAGE, "sh", "-c",
+           "mkdir /www && echo hello > /www/index.html && httpd -p 80 -h /www && exec sleep 3600")
+
+    def answer(node: str) -> str:
+        return lab.exec(node, ["sh", "-c", "wget -qO- -T 3 http://127.0.0.1:8090/ || true"]).stdout.strip()
+
+    assert answer("node-1") == "hello"
+
+    async def kill_server(step: str) -> None:
+        if step == "settling":  # verified running; the grace period starts
+            docker(lab.node("node-2"), "exec", NAME, "killall", "httpd")
+
+    result = migrate(lab, tmp_path / "pp.db", kill_server, MigrationSettings(grace_seconds=2.0))
+    assert result.state is MigrationState.ROLLED_BACK, result.reason
+    assert "does not answer" in (result.reason or "")
+    assert copies(lab) == {"node-1": "running"} and answer("node-1") == "hello"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from peakpack.migrate import criu
 from peakpack.migrate.criu import NODE_SCRIPT, NodeCriu, blocks, operator_options, with_block, without_block
+from peakpack.migrate.spec import probe_addresses
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.remote.ssh import CommandResult
 
@@ -222,3 +224,25 @@ def test_facts_read_what_a_migration_left_on_a_node(tmp_path: Path, etc: Path) -
     assert facts.complete and facts.lazy is criu.LazyPages.DONE
     (work / "lazy-pages.rc").write_text("1\n")
     assert asyncio.run(node.facts(str(ck), 0)).lazy is criu.LazyPages.CUT
+
+
+def test_answering_names_the_addresses_that_accept_a_connection(etc: Path) -> None:
+    listening, closed = socket.socket(), socket.socket()
+    with listening, closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
+        up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, closed))
+        node = NodeCriu(LocalNode(etc), "node-1", "/docker", 1)  # type: ignore[arg-type]
+        assert asyncio.run(node.answering([up, down])) == {up}
+        assert asyncio.run(node.answering([])) == set()
+
+
+def test_the_ports_to_probe_are_the_servers_behind_the_published_ones() -> None:
+    d = {"HostConfig": {"PortBindings": {
+        "80/tcp": [{"HostIp": "", "HostPort": "8080"}], "81/tcp": [{"HostIp": "10.0.0.2", "HostPort": "8081"}],
+        "53/udp": [{"HostIp": "", "HostPort": "5353"}], "82/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8082"}]}},
+        "NetworkSettings": {"Networks": {"none": {"IPAddress": ""}, "app": {"IPAddress": "172.18.0.5"}}}}
+    assert probe_addresses(d, ("8080/tcp", "8081/tcp", "5353/tcp")) == ("172.18.0.5:80", "172.18.0.5:81")
+    assert probe_addresses(d, ()) == ()
+    assert probe_addresses({**d, "NetworkSettings": {"Networks": {}}}, ("8080/tcp",)) == ()

@@ -19,8 +19,8 @@ def src(copy: Copy, images: Images = NO, fenced: bool = False) -> Side:
     return Side("node-1", copy, images, fenced)
 
 
-def dst(copy: Copy, images: Images = NO, fenced: bool = False, running_s: float = 60.0) -> Side:
-    return Side("node-2", copy, images, fenced, running_s=running_s)
+def dst(copy: Copy, images: Images = NO, fenced: bool = False, running_s: float = 60.0, answers: bool = True) -> Side:
+    return Side("node-2", copy, images, fenced, running_s=running_s, answers=answers)
 
 
 @pytest.mark.parametrize("s, d, move", [
@@ -32,6 +32,10 @@ def dst(copy: Copy, images: Images = NO, fenced: bool = False, running_s: float 
     # source stopped (dumped), target running: removed once the target ran the grace period
     (src(D, DUMP), dst(R, running_s=GRACE), Move.FINISH),
     (src(D, DUMP), dst(R, running_s=1.0), Move.SOAK),
+    # ... and answers on the ports that answered before; one that does not is removed, the source resumes
+    (src(D, DUMP), dst(R, running_s=1.0, answers=False), Move.SOAK),
+    (src(D, DUMP), dst(R, running_s=GRACE, answers=False), Move.REMOVE_TARGET),
+    (src(A), dst(R, answers=False), Move.DONE_FORWARD),  # the source is gone already: nothing to go back to
     # the source runs: the target copy goes, unless the target might run one too
     (src(R), dst(S, ALL), Move.REMOVE_TARGET),
     (src(R), dst(A), Move.DONE_BACK),
@@ -73,15 +77,15 @@ def test_transition_table(s: Side, d: Side, move: Move) -> None:
     assert decide(s, d, GRACE).move is move
 
 
-SIDES = [Side(n, c, i, f, running_s=t) for n in ("a",) for c in Copy for i in Images for f in (False, True)
-         for t in (0.0, 60.0)
+SIDES = [Side(n, c, i, f, running_s=t, answers=a) for n in ("a",) for c in Copy for i in Images for f in (False, True)
+         for t in (0.0, 60.0) for a in (True, False)
          if not (f and c is not Copy.UNKNOWN) and not (i is not Images.NONE and c in (Copy.ABSENT, Copy.UNKNOWN))]
 
 
 @pytest.mark.parametrize("s, d", list(itertools.product(SIDES, SIDES)))
 def test_nothing_starts_while_another_copy_may_run(s: Side, d: Side) -> None:
     s = Side("node-1", s.copy, s.images, s.fenced, running_s=s.running_s)
-    d = Side("node-2", d.copy, d.images, d.fenced, running_s=d.running_s)
+    d = Side("node-2", d.copy, d.images, d.fenced, running_s=d.running_s, answers=d.answers)
     move = decide(s, d, GRACE).move
     if move in (Move.RESUME_SOURCE, Move.START_SOURCE_FRESH):
         assert not d.may_run and s.copy in (Copy.DUMPED, Copy.STOPPED)
@@ -93,8 +97,11 @@ def test_nothing_starts_while_another_copy_may_run(s: Side, d: Side) -> None:
     if move is Move.FINISH:  # removing the source: the target runs, and has for the grace period if
         assert d.copy is Copy.RUNNING  # the source could still resume
         assert s.copy is not Copy.DUMPED or d.running_s >= GRACE
-    if move is Move.REMOVE_TARGET:  # removing the target: the source runs or holds the whole state
-        assert s.copy in (Copy.RUNNING, Copy.DUMPED) and d.copy is not Copy.RUNNING
+    if move is Move.FINISH and s.copy is Copy.DUMPED:
+        assert d.answers
+    if move is Move.REMOVE_TARGET:  # removing the target: the source runs or holds the whole state, and
+        assert s.copy in (Copy.RUNNING, Copy.DUMPED)  # a running target goes only if it stopped answering
+        assert d.copy is not Copy.RUNNING or (s.copy is Copy.DUMPED and not d.answers and d.running_s >= GRACE)
 
 
 def test_a_node_busy_with_a_checkpoint_or_restore_is_waited_for_with_the_reason() -> None:
