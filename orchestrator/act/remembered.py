@@ -25,4 +25,5 @@ def remembered(store: Journal, inventory: Inventory, snapshot: ClusterSnapshot, 
             idle[node] = at
     since = now - timedelta(seconds=max(inventory.planner.grace_seconds, inventory.planner.forecast.window_seconds))
     return Remembered(idle_since=idle, woken_at=store.power.woken_since(since), quarantined=store.power.quarantined(),
-                 moved_at=store.migrations.moved_since(since))
+                      moved_at=store.migrations.moved_since(since),
+                      frozen_history=tuple(store.migrations.frozen_history()))

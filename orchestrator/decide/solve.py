@@ -16,6 +16,7 @@ from .planner.build import build_plan
 from .planner.problem import Placement, PlacementProblem, Policy, Weights
 from .planner.registry import get_policy
 from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
+from .predict import frozen_model
 
 DEFAULT_POLICY = "peakpack"
 #: re-solves allowed to separate containers that publish the same host port
@@ -124,6 +125,7 @@ def make_plan(
         pinned=held_back.pinned,
         keep_power=held_back.keep_power,
         traffic=traffic or {},
+        frozen=frozen_model((facts or Remembered()).frozen_history),
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)
