@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, event, update
+from sqlalchemy import Engine, Select, event, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from peakpack.orchestrator.domain.errors import FencedError
@@ -23,6 +23,18 @@ from .schema import ControllerLeaseRow
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def newest_ids(row_id: Any, key: Any, at: Any, since: datetime | None) -> Select[Any]:
+    """(key, the newest row id) per `key` among the rows at or after `since`: the rows each
+    container's next counter delta is taken against. Grouped by an expression, not the column:
+    SQLite (without statistics) would otherwise walk the whole index of `key` to save a sort
+    instead of reading the `at` range."""
+    grouped = (key + "").label(key.key)
+    recent = select(grouped, func.max(row_id).label("id"))
+    if since is not None:
+        recent = recent.where(at >= since)
+    return recent.group_by(grouped)
 
 
 def _no_write_in_a_read(session: Session, *_: Any) -> None:
@@ -81,6 +93,5 @@ class Repo:
                 if session.execute(ours).rowcount != 1:
                     row = session.get(L, 1)
                     who = f"controller {row.holder}" if row is not None and row.holder else "another controller"
-                    raise FencedError(f"--db: {who} took over (lease token {row.token if row else '?'} > {token}); "
-                                      "this one stops")
+                    raise FencedError(f"{who} took over (lease token {row.token if row else '?'} > {token})")
             yield session

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
 
 from peakpack.orchestrator.domain.errors import StoreError
+from peakpack.orchestrator.domain.inputs import one_line
 
 
 def default_url() -> str:
@@ -26,37 +27,75 @@ def default_url() -> str:
 #: PostgreSQL advisory lock key that serialises schema upgrades ("peak")
 _SCHEMA_LOCK = 0x7065616B
 
+#: A database that stops answering must not hold a controller past its lease: libpq gives up
+#: connecting after CONNECT_TIMEOUT_S, TCP keepalives notice a silent server within ~15 s, and the
+#: server cuts any statement at STATEMENT_TIMEOUT_S (the lease's own statements, `repos/lease.py`,
+#: are cut at a third of the lease). A server that stops answering altogether cannot enforce its
+#: timeouts: `orchestrator/act/leadership.py` counts the lease lost by the clock, whatever a call
+#: still waits for.
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_S = 60
+POSTGRES_CONNECT = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+    "options": f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
+}
+#: SQLite waits this long for another writer's lock before a statement fails (PRAGMA busy_timeout)
+SQLITE_BUSY_MS = 10000
+
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
 
-def engine_for(url: str) -> Engine:
+USAGE = "use sqlite:///FILE or postgresql://USER@HOST/DB"
+
+
+def _sqlite_file(database: str) -> None:
+    """A SQLite store's file: in an existing folder, and not a folder. Whether an existing file
+    is a database SQLite itself says when the store opens it (`Store.open`: one line); the file is
+    never opened here: closing any descriptor of it would drop the locks this process's SQLite
+    connections hold on it (POSIX), and another process could then corrupt it."""
+    path = Path(database).expanduser()
+    if not path.resolve().parent.is_dir():
+        raise StoreError(f"--db: folder {one_line(str(path.resolve().parent))} does not exist; create it or choose "
+                         "another path")
+    if path.is_dir():
+        raise StoreError(f"--db: {one_line(str(path))} is a folder; name a file in it, e.g. {path / 'peakpack.db'}")
+
+
+def parse_url(url: str) -> URL:
+    """A store URL of a database peakpack knows (SQLite or PostgreSQL), or a one-line StoreError."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise StoreError(
-            f"--db: {url!r} is not a database URL; use sqlite:///FILE or postgresql://USER@HOST/DB"
-        ) from None
+    except (ArgumentError, ValueError):
+        raise StoreError(f"--db: {one_line(repr(url))} is not a database URL; {USAGE}") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(f"--db: {one_line(repr(parsed.get_backend_name()))} is not a store peakpack knows; {USAGE}")
+    return parsed
+
+
+def engine_for(url: str) -> Engine:
+    """The engine of a store URL, after checking what can be checked without connecting: the
+    scheme, and for SQLite that the file is a database (or new) in an existing folder."""
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            folder = Path(parsed.database).expanduser().resolve().parent
-            if not folder.is_dir():
-                raise StoreError(f"--db: folder {folder} does not exist; create it or choose another path")
+            _sqlite_file(parsed.database)
         engine = create_engine(url, connect_args={"timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+    if parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     try:
-        return create_engine(url, pool_pre_ping=True)
-    except ModuleNotFoundError as exc:
-        raise StoreError(f"--db: the driver for {parsed.drivername} is missing ({exc.name}); "
+        return create_engine(url, pool_pre_ping=True, connect_args=POSTGRES_CONNECT)
+    except (ModuleNotFoundError, NoSuchModuleError) as exc:
+        raise StoreError(f"--db: the driver for {parsed.drivername} is missing ({one_line(str(exc))}); "
                          "install peakpack[postgres]") from None
 
 
@@ -98,5 +137,6 @@ def upgrade(engine: Engine) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         elif engine.dialect.name == "postgresql":  # released when this transaction ends
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")  # an index on a year of rows takes time
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

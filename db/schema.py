@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -85,7 +85,8 @@ class ActionRow(Base):
 class MigrationRow(Base):
     __tablename__ = "migrations"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    action_id: Mapped[int | None] = mapped_column(ForeignKey("actions.id", ondelete="SET NULL"))
+    #: indexed: removing old plans (retention) sets it NULL without scanning every migration
+    action_id: Mapped[int | None] = mapped_column(ForeignKey("actions.id", ondelete="SET NULL"), index=True)
     container: Mapped[str] = mapped_column(String(200), index=True)
     source: Mapped[str] = mapped_column(String(200))
     target: Mapped[str] = mapped_column(String(200))
@@ -98,7 +99,8 @@ class MigrationRow(Base):
     total_ms: Mapped[float | None] = mapped_column(Float)
     bytes: Mapped[int | None] = mapped_column(BigInteger)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: indexed: the planner's hysteresis asks every epoch what moved since when
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
 
 
 class MigrationStepRow(Base):
@@ -127,11 +129,13 @@ class PowerEventRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(200), index=True)
     action: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str] = mapped_column(String(20))
+    #: indexed: reconciliation looks for the ONGOING ones every epoch
+    state: Mapped[str] = mapped_column(String(20), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: indexed: the power rules ask every epoch which nodes woke since when
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
 
 
 class NodeStatusRow(Base):
@@ -146,6 +150,8 @@ class NodeStatusRow(Base):
 
 class EnergySampleRow(Base):
     __tablename__ = "energy_samples"
+    #: the sampler asks every epoch for each node's latest sample of one source
+    __table_args__ = (Index("ix_energy_samples_node_source_at", "node", "source", "at"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(200), index=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
@@ -164,6 +170,8 @@ class EnergySampleRow(Base):
 
 class EnergyRowDb(Base):
     __tablename__ = "energy"
+    #: node rows (container NULL) since a time, without scanning the containers' many more rows
+    __table_args__ = (Index("ix_energy_container_start", "container", "start"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(200), index=True)
     container: Mapped[str | None] = mapped_column(String(200), index=True)
@@ -171,7 +179,8 @@ class EnergyRowDb(Base):
     end: Mapped[datetime] = mapped_column(UtcDateTime)
     energy_j: Mapped[float] = mapped_column(Float)
     source: Mapped[str] = mapped_column(String(10))
-    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
+    #: indexed: removing old plans (retention) sets it NULL without scanning every energy row
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"), index=True)
     #: node rows only (Kepler's split): the part drawn at the curve's idle power, and the part of
     #: the active energy no container's CPU time accounts for
     idle_j: Mapped[float | None] = mapped_column(Float)
@@ -195,6 +204,99 @@ class ContainerDemandRow(Base):
     #: where the CPU figure came from: "cgroup" (counter delta) or "stats" (one sample); "label" in
     #: rows stored before a `peakpack.cpu` label became only the forecast's fallback
     source: Mapped[str] = mapped_column(String(10))
+
+
+class DemandHourlyRow(Base):
+    """`container_demand` rows older than `[store] raw_days`, one row per container, node and hour:
+    the CPU averaged over the hour's intervals (core-seconds / seconds), its highest sample, the
+    largest memory. The store keeps these `hourly_days`; history reads them where raw rows are gone."""
+
+    __tablename__ = "container_demand_hourly"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    container: Mapped[str] = mapped_column(String(200), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    rows: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float | None] = mapped_column(Float)
+    cpu: Mapped[float | None] = mapped_column(Float)
+    cpu_max: Mapped[float | None] = mapped_column(Float)
+    memory_mb: Mapped[float] = mapped_column(Float)
+
+
+class EnergyHourlyRow(Base):
+    """`energy` rows older than `[store] raw_days`, summed per node (or container), source and hour
+    of their start: the energy and its idle and residual parts, the first start and last end."""
+
+    __tablename__ = "energy_hourly"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    container: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(String(10))
+    rows: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(UtcDateTime)
+    end: Mapped[datetime] = mapped_column(UtcDateTime)
+    energy_j: Mapped[float] = mapped_column(Float)
+    idle_j: Mapped[float | None] = mapped_column(Float)
+    residual_j: Mapped[float | None] = mapped_column(Float)
+
+
+class ApprovalRow(Base):
+    """A plan approved on a web page, for the controller that leads to run between epochs (the
+    page never executes anything itself): PENDING until the leader took it, then APPLIED (the plan
+    has its final status) or REFUSED (`outcome` says why, one line), with who ran it."""
+
+    __tablename__ = "approvals"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    partial: Mapped[bool] = mapped_column(Boolean)
+    requested_by: Mapped[str] = mapped_column(String(200))
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    applied_by: Mapped[str | None] = mapped_column(String(200))
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class ContainerPressureRow(Base):
+    """One container's stall over one observed interval: the shares of it the container was ready
+    but not running (PSI cpu `some`, run-queue wait) or stalled on memory (PSI memory), and the
+    cumulative counters they are deltas of (kept for the next interval, as `container_demand`
+    keeps the CPU counter). The planner lowers a node's cap from these rows."""
+
+    __tablename__ = "container_pressure"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    container: Mapped[str] = mapped_column(String(200), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    qos: Mapped[str] = mapped_column(String(4))
+    interval_s: Mapped[float | None] = mapped_column(Float)
+    cpu_stall: Mapped[float | None] = mapped_column(Float)
+    memory_some: Mapped[float | None] = mapped_column(Float)
+    memory_full: Mapped[float | None] = mapped_column(Float)
+    wait: Mapped[float | None] = mapped_column(Float)
+    cpu_some_us: Mapped[int | None] = mapped_column(BigInteger)
+    memory_some_us: Mapped[int | None] = mapped_column(BigInteger)
+    memory_full_us: Mapped[int | None] = mapped_column(BigInteger)
+    wait_ns: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class QosEventRow(Base):
+    """What a node's QoS guard did (from its events.jsonl, read at each observation), or what the
+    controller did about it (log "controller"). (node, log, seq) is unique: reading an event
+    twice stores it once."""
+
+    __tablename__ = "qos_events"
+    __table_args__ = (UniqueConstraint("node", "log", "seq", name="uq_qos_events_node_log_seq"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    log: Mapped[str] = mapped_column(String(40))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    kind: Mapped[str] = mapped_column(String(40), index=True)
+    container: Mapped[str | None] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    detail_json: Mapped[str | None] = mapped_column(Text)
 
 
 class ControllerLeaseRow(Base):

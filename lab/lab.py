@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from peakpack.orchestrator.domain import inputs
+
 from .faults import FULL_BYTES, Fault, disk_free_bytes, free_disk, heal, inject, partitioned
 from .image import LAB_IMAGE, build_rootfs_tar
 from .layout import STATE_FILE, LabLayout, NodeLayout
@@ -104,20 +106,19 @@ class Lab:
     # -- up -------------------------------------------------------------------------------------
 
     def up(self, nodes: int = 3, cpus: int = 2, log=print, notice=None,  # type: ignore[no-untyped-def]
-           disk_gb: int = DISK_GB) -> LabLayout:
+           disk_gb: int = DISK_GB, memory_mb: int = 4096) -> LabLayout:
         """`log` gets progress lines (the CLI shows them in a passing spinner); `notice` (default:
         a line on stderr) gets what the operator must see afterwards, e.g. a file written outside
-        the lab folder. Each node's docker data-root is its own `disk_gb` GiB ext4 filesystem."""
+        the lab folder. Each node's docker data-root is its own `disk_gb` GiB ext4 filesystem; its
+        containers together get at most `cpus` CPUs and `memory_mb` MB (its cgroup parent's limits)."""
         if notice is None:
             notice = _stderr
         if os.geteuid() != 0:
             raise LabError("lab up: needs root (network namespaces, dockerd); run it as root")
-        if not 1 <= nodes <= 40:
-            raise LabError(f"--nodes: {nodes} is out of range; use 1..40")
-        if cpus < 1:
-            raise LabError(f"--cpus: {cpus} must be >= 1")
-        if not 1 <= disk_gb <= 1024:
-            raise LabError(f"--disk-gb: {disk_gb} is out of range; use 1..1024")
+        inputs.LAB_NODES.check(nodes, "--nodes")
+        inputs.NODE_CPUS.check(cpus, "--cpus")
+        inputs.LAB_DISK_GB.check(disk_gb, "--disk-gb")
+        inputs.LAB_MEMORY_MB.check(memory_mb, "--memory-mb")
         missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
         if missing:
             raise LabError(f"lab up: {', '.join(missing)} missing; run scripts/install-system-deps.sh as root")
@@ -127,7 +128,7 @@ class Lab:
         if self.dir.exists() and any(self.dir.iterdir()):
             self.down(log=lambda _: None)  # leftovers of a crashed lab
         raise_pipe_max_size(notice)
-        lab = LabLayout.plan(self.dir, nodes, cpus, taken=_in_use)
+        lab = LabLayout.plan(self.dir, nodes, cpus, taken=_in_use, memory_mb=memory_mb)
         for n in lab.nodes:
             n.dir.mkdir(parents=True, exist_ok=True)
         lab.save()
@@ -184,6 +185,11 @@ class Lab:
                 "PEAKPACK_NODE_CPU_USAGE": str(CGROUP_ROOT / "cpuacct" / n.cgroup / "cpuacct.usage"),
                 "PEAKPACK_PEER_IDENTITY": str(lab.keys / "peer_ed25519"),
                 "PEAKPACK_PEER_KNOWN_HOSTS": str(lab.keys / "known_hosts"),
+                # the QoS guard: the node is this cgroup parent, its folder is the node's own, and
+                # what should start at boot goes into the boot folder (the lab has no systemd)
+                "PEAKPACK_NODE_CGROUP": f"/{n.cgroup}",
+                "PEAKPACK_QOS_DIR": str(n.qos_dir),
+                "PEAKPACK_BOOT_DIR": str(n.boot_dir),
                 "PATH": DAEMON_PATH,
                 # bash sources ~/.bashrc for commands run by sshd only at shell level 1; a
                 # root .bashrc that runs `pyenv rehash` would otherwise hang every command for
@@ -248,7 +254,7 @@ class Lab:
             port = int((n.dir / "bmc.port").read_text())
             lines += [
                 "[[nodes]]", f'name = "{n.name}"', f'address = "{n.address}"', f"cpus = {lab.cpus}",
-                "memory_mb = 4096", 'role = "worker"', "power_managed = true",
+                f"memory_mb = {lab.memory_mb}", 'role = "worker"', "power_managed = true",
                 "[nodes.power]", f"idle_w = {lab.idle_w:g}", f"max_w = {lab.max_w:g}",
                 "[nodes.ssh]", 'user = "root"', "port = 22", 'identity_file = "keys/id_ed25519"',
                 'known_hosts = "keys/known_hosts"',

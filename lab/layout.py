@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 STATE_FILE = "lab.json"
@@ -70,6 +70,18 @@ class NodeLayout:
         """'on' or 'off': the node's power state as its BMC reports it."""
         return self.dir / "power"
 
+    @property
+    def qos_dir(self) -> Path:
+        """The node's QoS guard folder (`$PEAKPACK_QOS_DIR`: guard.py, events.jsonl, state.json, holds/):
+        nodes share one filesystem, so each has its own."""
+        return self.dir / "qos"
+
+    @property
+    def boot_dir(self) -> Path:
+        """Executables the lab runs, detached in the node's namespace, every time the node powers
+        on (`$PEAKPACK_BOOT_DIR`): the lab's stand-in for enabled systemd units."""
+        return self.dir / "boot.d"
+
     def pidfile(self, what: str) -> Path:
         return self.dir / f"{what}.pid"
 
@@ -86,6 +98,7 @@ class LabLayout:
     cpus: int
     idle_w: float
     max_w: float
+    memory_mb: int = 4096  # each node's, declared and enforced (its cgroup parent's limit)
 
     @property
     def bridge(self) -> str:
@@ -111,12 +124,12 @@ class LabLayout:
 
     @classmethod
     def plan(cls, folder: Path, nodes: int, cpus: int, idle_w: float = 100.0, max_w: float = 250.0,
-             taken: Callable[[LabLayout], bool] = lambda _: False) -> LabLayout:
+             taken: Callable[[LabLayout], bool] = lambda _: False, memory_mb: int = 4096) -> LabLayout:
         """The layout of a lab in `folder`; when `taken` says its names or subnet are already in use
         (another lab up on this host hashed alike), the next of a few salted variants."""
         folder = folder.resolve()
         for salt in range(64):
-            layout = cls._derive(folder, salt, nodes, cpus, idle_w, max_w)
+            layout = replace(cls._derive(folder, salt, nodes, cpus, idle_w, max_w), memory_mb=memory_mb)
             if not taken(layout):
                 return layout
         raise ValueError(f"{folder}: every derived lab subnet is in use; take a lab down first")
@@ -149,4 +162,5 @@ class LabLayout:
         nodes = tuple(
             NodeLayout(**{**n, "dir": Path(n["dir"]), "exec_root": Path(n["exec_root"])}) for n in d["nodes"]
         )
-        return cls(Path(d["dir"]), d["prefix"], d["subnet"], nodes, d["cpus"], d["idle_w"], d["max_w"])
+        return cls(Path(d["dir"]), d["prefix"], d["subnet"], nodes, d["cpus"], d["idle_w"], d["max_w"],
+                   d.get("memory_mb", 4096))

@@ -7,7 +7,8 @@ migration edits it per node). "Power off" is abrupt, like a real power loss: eve
 process is killed through the node's cgroup, then the daemons and every process left in the
 namespace. The node's disk is its own ext4 filesystem (a sparse image file, loop-mounted on
 dockerd's data-root), so it can fill up without filling the host's; it stays mounted while the
-node is off, like a real disk."""
+node is off, like a real disk. Its CPUs and memory are its cgroup parent's limits, so a node can be
+full; its boot folder is run at every power on (what systemd would start)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from peakpack.orchestrator.domain.errors import PeakpackError
 
-from .layout import NodeLayout
+from .layout import LabLayout, NodeLayout
 
 #: runc finds criu on PATH; the lab's CRIU 4.2 lives in /usr/local/sbin.
 DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -252,13 +253,55 @@ def kill_all(pids: set[int], sig: int = signal.SIGKILL) -> None:
             pass
 
 
+def limit_node(node: NodeLayout, cpus: float, memory_mb: int) -> None:
+    """The node is as big as it declares, so it can be full: its cgroup parent (dockerd's
+    --cgroup-parent, made here before runc would make it) gets a CFS quota of `cpus` and a memory
+    limit of `memory_mb`, which all its containers share. runc makes the containers' cgroups under
+    it as before (it fills the empty cpuset of a parent made here from the root's). Idempotent:
+    run at every power on."""
+    for hierarchy in CGROUP_ROOT.iterdir():
+        if (hierarchy / "cgroup.procs").exists():
+            (hierarchy / node.cgroup).mkdir(exist_ok=True)
+    cpu = CGROUP_ROOT / "cpu" / node.cgroup
+    period = int((cpu / "cpu.cfs_period_us").read_text())
+    (cpu / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+    (CGROUP_ROOT / "memory" / node.cgroup / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+
+
+def node_env(node: NodeLayout) -> dict[str, str]:
+    """The environment every SSH session on the node gets (its sshd's SetEnv)."""
+    env: dict[str, str] = {}
+    for line in (node.dir / "sshd_config").read_text().splitlines():
+        if line.startswith("SetEnv "):
+            env.update(item.split("=", 1) for item in line[len("SetEnv "):].split())  # type: ignore[misc]
+    return env
+
+
+def run_boot_scripts(node: NodeLayout) -> None:
+    """What systemd would start at boot (peakpack's QoS guard): every executable in the node's
+    boot folder, detached, in its network namespace, with its SSH sessions' environment; like a
+    system daemon, outside the node's container cgroup."""
+    if not node.boot_dir.is_dir():
+        return
+    env = node_env(node)
+    for script in sorted(node.boot_dir.iterdir()):
+        if script.is_file() and os.access(script, os.X_OK):
+            with open(node.log("boot"), "ab") as log:
+                subprocess.Popen([*nsenter(node), str(script)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env=env)
+
+
 def start_node(node: NodeLayout) -> None:
     """Power on: the BMC reports "on" at once, the node's services come up after (it boots)."""
     node.power_file.write_text("on\n")
+    lab = LabLayout.load(node.dir.parents[1])  # the lab's folder holds its nodes' folders
+    if lab is not None:
+        limit_node(node, lab.cpus, lab.memory_mb)
     try:
         start_dockerd(node)
     finally:
         start_sshd(node)  # a node whose dockerd fails (a full disk) still boots and answers SSH
+        run_boot_scripts(node)
 
 
 def stop_node(node: NodeLayout) -> None:

@@ -23,6 +23,7 @@ from peakpack.orchestrator.domain.states import ActionState, MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
+from .hold import set_hold
 from .settle import MigrationFacts, PowerProbe, Settler
 from .transaction import Migration
 
@@ -94,13 +95,19 @@ async def execute_migrations(
 
 async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal,
                                bmc_power: PowerProbe | None = None,
-                               settings: MigrationSettings | None = None) -> list[str]:
+                               settings: MigrationSettings | None = None,
+                               stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. One that fails to settle for any reason (a docker or database error, a
     bug) stays IN_DOUBT with the reason, journaled, and the others are still settled; only a
-    fenced write stops it all (another controller leads). Returns one line per migration."""
+    fenced write stops it all (another controller leads). Once `stop_requested()` nothing more is
+    settled (the one in progress ends). Returns one line per migration."""
     lines = []
     for m in store.migrations.unfinished():
+        if stop_requested():
+            lines.append(f"migration {m.id} ({m.container} {m.source} -> {m.target}): left {m.state.value}: "
+                         "stopping; the next reconciliation settles it")
+            continue
         try:
             state, reason = await _reconcile(ssh, engines, store, m, bmc_power, settings or MigrationSettings())
         except FencedError:
@@ -128,10 +135,13 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
     else:
         checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
-        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings)
+        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings,
+                          guard=store.check_fence)
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")
         state, reason = await settler.run(checkpointed, why)
+        if state is not MigrationState.IN_DOUBT:
+            await set_hold(ssh, (m.source, m.target), m.container, m.id, held=False)
     if state is MigrationState.IN_DOUBT:
         _journal_in_doubt(store, m, reason)
     else:  # the action first: a failure between the two writes leaves the migration open, never

@@ -118,6 +118,9 @@ class Settler:
     bmc_power: PowerProbe | None = None
     restore_timeout: float = 900.0
     settings: MigrationSettings = field(default_factory=MigrationSettings)
+    #: called before every action on a node: raises (FencedError) once this process may act no
+    #: more (`Journal.check_fence`), so a fenced process stops touching nodes at once
+    guard: Callable[[], None] = lambda: None
     _roots: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -182,6 +185,7 @@ class Settler:
                 return MigrationState.IN_DOUBT, _join(note, d.why)
             if d.move is Move.LOST:
                 return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
+            self.guard()
             try:
                 armed = [await self.criu(s.node) for s in (src, dst) if s.armed]
                 await asyncio.gather(*(c.disarm() for c in armed))

@@ -42,8 +42,9 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import criu, spec
-from .copy import rsync, stream_image
+from . import criu, room, spec
+from .copy import copy_all, stream_image
+from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
 
 #: A hook called with the step name just before it runs (tests use it to break the target for
@@ -52,6 +53,11 @@ StepHook = Callable[[str], Awaitable[None]]
 
 #: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
 MIN_CRIU = (4, 2)
+#: the longest a checkpoint, an image pull and the flush before the freeze may take (`service
+#: install` sizes its stop timeout by the longest step; a dump's own deadline stays below it)
+CHECKPOINT_TIMEOUT_S = 900.0
+PULL_TIMEOUT_S = 900.0
+SYNC_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -147,6 +153,7 @@ class Migration:
             await self._step("preflight", self.preflight)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
             return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+        await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=True)
         failure = None
         try:
             for name, fn, nbytes in (
@@ -163,7 +170,10 @@ class Migration:
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
             failure = _one_line(exc)
             await self._stop_lazy_dump()
-        return await self.settle(failure)
+        result = await self.settle(failure)
+        if result.state is not MigrationState.IN_DOUBT:
+            await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
+        return result
 
     async def settle(self, failure: str | None) -> MigrationResult:
         """Finish forward or back from what the nodes show (journaled as its own step)."""
@@ -171,9 +181,11 @@ class Migration:
             await self.hook("settling")
         self.progress("settling" if failure is None else "rolling back")
         settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
-                          self.bmc_power, self.restore_timeout(), self.settings)
+                          self.bmc_power, self.restore_timeout(), self.settings, guard=self.store.check_fence)
         try:
             sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+        except FencedError:
+            raise  # another controller leads: it settles this migration from the facts; touch nothing
         except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
             sid = None
         state, reason = await settler.run(checkpointed=self.t.frozen_at is not None, failure=failure)
@@ -189,6 +201,8 @@ class Migration:
                 )
                 return self._result(state, reason)
             return self._finish(state, reason)
+        except FencedError:
+            raise
         except Exception:  # noqa: BLE001 - left unfinished in the store: reconciliation settles it again
             return self._result(state, reason)
 
@@ -221,6 +235,7 @@ class Migration:
                 raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
                                       "copied only between overlay2 engines")
         self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
+        await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
         (versions, crius), (here, there) = await asyncio.gather(
             self._criu_facts(int(src["State"]["Pid"])),
             asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
@@ -313,7 +328,7 @@ class Migration:
             digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
             for digest in digests or ():
                 try:
-                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=900)
+                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=PULL_TIMEOUT_S)
                     break
                 except (EngineAPIError, PeakpackError):
                     continue
@@ -368,9 +383,7 @@ class Migration:
         return pairs
 
     async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
-        target, control = self._spec(self.target), f"{self.src_criu.dir}/ssh"
-        done = await asyncio.gather(*(rsync(self.ssh, self.source, a, target, b, control=control) for a, b in pairs))
-        return sum(c.bytes_sent for c in done)
+        return await copy_all(self.ssh, self.source, pairs, self._spec(self.target), control=f"{self.src_criu.dir}/ssh")
 
     async def precopy(self) -> str:
         """While the container runs: most of its files reach the target before the freeze (over an
@@ -378,7 +391,7 @@ class Migration:
         await self.src_criu.make("")
         self.t.precopy_bytes = await self._copy_all(self._copies())
         # flush what was written before the freeze, so the dump does not queue behind it
-        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=600) for n in (self.source, self.target)))
+        await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=SYNC_TIMEOUT_S) for n in (self.source, self.target)))
         return f"{self.t.precopy_bytes} bytes"
 
     @property
@@ -421,7 +434,7 @@ class Migration:
             target_lines = [f"work-dir {dst.dir}/images", "lazy-pages"]
         else:
             self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
-                                              s.dump_deadline_s(self.memory_mb) + 60)
+                                              self._dump_deadline() + 60)
             source_lines, target_lines = ["page-server", f"address {target_address}"], []
         await asyncio.gather(
             src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped"]),
@@ -433,7 +446,7 @@ class Migration:
         the target's page server as they are read; post-copy, the step ends once the dump is ready to
         serve them (the source listens), and the dump itself ends only when the target has them all.
         A dump still running at its deadline is aborted on the node, and CRIU resumes the source."""
-        deadline = self.settings.dump_deadline_s(self.memory_mb)
+        deadline = self._dump_deadline()
         t0 = time.monotonic()
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
@@ -468,9 +481,14 @@ class Migration:
         self.t.bytes = copied + len(payload) * 3 // 4
         if self.post_copy:
             await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port,
-                                           self.settings.dump_deadline_s(self.memory_mb))
+                                           self._dump_deadline())
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
+
+    def _dump_deadline(self) -> float:
+        """Seconds the dump (post-copy: the page transfer) may run before it is aborted on the node:
+        the setting's, within the longest a checkpoint step may take (`CHECKPOINT_TIMEOUT_S`)."""
+        return min(self.settings.dump_deadline_s(self.memory_mb), CHECKPOINT_TIMEOUT_S - 60)
 
     def restore_timeout(self) -> float:
         """CRIU restores at ~25 MB/s here or faster; allow 5 MB/s plus a minute before calling it stuck."""

@@ -14,9 +14,7 @@ from . import ipmi
 def reconcile_power_events(power: PowerRepo, inventory: Inventory) -> list[str]:
     """One line per ONGOING power event, settled or left as it is."""
     lines = []
-    for ev in power.events():
-        if ev.state != "ONGOING":
-            continue
+    for ev in power.events(state="ONGOING"):
         try:
             on = ipmi.is_on(inventory.node(ev.node))
         except PeakpackError as exc:

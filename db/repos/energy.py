@@ -17,6 +17,7 @@ from peakpack.orchestrator.domain.records import (
 
 from ..base import Repo
 from ..schema import (
+    EnergyHourlyRow,
     EnergyRowDb,
     EnergySampleRow,
 )
@@ -78,15 +79,24 @@ class EnergyRepo(Repo):
         ]
 
     def _rows(self, since: datetime | None, *, containers: bool) -> list[EnergyRow]:
-        """Energy intervals in time order: the nodes' own, or those attributed to containers."""
+        """Energy intervals in time order: the nodes' own, or those attributed to containers; where
+        retention has summed the raw rows (older than `[store] raw_days`), one row per hour."""
         q = select(EnergyRowDb).order_by(EnergyRowDb.start, EnergyRowDb.id)
+        H = EnergyHourlyRow
+        hours = select(H).order_by(H.start, H.id)
         if since is not None:
             q = q.where(EnergyRowDb.start >= since)
+            hours = hours.where(H.start >= since)
         q = q.where(EnergyRowDb.container.is_not(None) if containers else EnergyRowDb.container.is_(None))
+        hours = hours.where(H.container.is_not(None) if containers else H.container.is_(None))
         with self._tx() as s:
-            return [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
-                              container=r.container, plan_id=r.plan_id, idle_j=r.idle_j, residual_j=r.residual_j)
-                    for r in s.scalars(q)]
+            summed = [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
+                                container=r.container, idle_j=r.idle_j, residual_j=r.residual_j)
+                      for r in s.scalars(hours)]
+            return summed + [EnergyRow(node=r.node, start=r.start, end=r.end, energy_j=r.energy_j, source=r.source,
+                                       container=r.container, plan_id=r.plan_id, idle_j=r.idle_j,
+                                       residual_j=r.residual_j)
+                             for r in s.scalars(q)]
 
     def of_containers(self, since: datetime | None = None) -> list[EnergyRow]:
         """Energy intervals attributed to containers, in time order (`list_energy` sums them)."""

@@ -81,8 +81,8 @@ class MigrationRepo(Repo):
             return [_migration(r) for r in s.scalars(q)]
 
     def unfinished(self) -> list[MigrationRecord]:
-        terminal = [m.value for m in TERMINAL_MIGRATION_STATES]
-        q = select(MigrationRow).where(MigrationRow.state.not_in(terminal)).order_by(MigrationRow.id)
+        open_states = [m.value for m in MigrationState if m not in TERMINAL_MIGRATION_STATES]  # indexed: not a scan
+        q = select(MigrationRow).where(MigrationRow.state.in_(open_states)).order_by(MigrationRow.id)
         with self._tx() as s:
             return [_migration(r) for r in s.scalars(q)]
 

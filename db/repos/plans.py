@@ -198,3 +198,4 @@ def _action(r: ActionRow) -> ActionRecord:
         started_at=r.started_at, finished_at=r.finished_at,
         prediction=None if r.prediction_json is None else json.loads(r.prediction_json),
     )
+

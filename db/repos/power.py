@@ -37,10 +37,13 @@ class PowerRepo(Repo):
             s.execute(update(PowerEventRow).where(PowerEventRow.id == event_id).values(
                 state=state, detail=detail, finished_at=now()))
 
-    def events(self, since: datetime | None = None) -> list[PowerEventRecord]:
+    def events(self, since: datetime | None = None, state: str | None = None) -> list[PowerEventRecord]:
+        """Power events oldest first, since a time and/or in one state (reconciliation: ONGOING)."""
         q = select(PowerEventRow).order_by(PowerEventRow.id)
         if since is not None:
             q = q.where(PowerEventRow.at >= since)
+        if state is not None:
+            q = q.where(PowerEventRow.state == state)
         with self._tx() as s:
             return [
                 PowerEventRecord(id=r.id, node=r.node, action=r.action, state=r.state, reason=r.reason,

@@ -9,10 +9,16 @@ store's lease), so a crash mid-apply is reconciled like any epoch's plan.
 
 The plan's status moves RECOMMENDED -> APPLYING -> APPLIED / PARTIAL / FAILED, each step one
 conditional UPDATE: of two concurrent appliers exactly one gets past RECOMMENDED.
+
+Only the lease holder executes. A web page beside a controller (`serve --http-port`, the leader's
+or a standby's, or `peakpack web` while a controller leads) does not apply an approved plan: it
+hands the approval to the leader through the store (`hand_to_leader`), and the leader runs it
+between epochs (`run_approvals`); the page waits a while for the outcome and shows it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,11 +27,11 @@ from typing import Any
 from ..decide.review import Review, inventory_digest, review_plan
 from ..domain.budgets import allowance_at, exceeds
 from ..domain.capacity import over_cap_nodes
-from ..domain.errors import PlanError, StoreError
+from ..domain.errors import FencedError, PeakpackError, PlanError, StoreError
 from ..domain.model import ClusterMetrics, Inventory
 from ..domain.plan import Action, ActionKind, Plan, SolverReport
 from ..domain.ports import Journal, Services
-from ..domain.records import PlanRecord
+from ..domain.records import ActionRecord, ApprovalRecord, ApprovalState, PlanRecord
 from ..domain.states import ActionState, PlanStatus
 from .epoch import execute_plan, planning_view, settle_unfinished
 from .leadership import MIN_TTL_S, Lease
@@ -53,8 +59,9 @@ class ApplyResult:
         }
 
 
-def check_applicable(record: PlanRecord, inventory: Inventory) -> None:
-    """Raise PlanError (one line, the fix) unless a person may still apply or reject `record`."""
+def check_applicable(record: PlanRecord, inventory: Inventory | None) -> None:
+    """Raise PlanError (one line, the fix) unless a person may still apply or reject `record`
+    (with `inventory`: also unless it was made for that inventory)."""
     pid = record.plan_id
     if record.status is PlanStatus.EXPIRED:
         when = f" at {record.expires_at:%Y-%m-%d %H:%M:%S} UTC" if record.expires_at else ""
@@ -63,7 +70,7 @@ def check_applicable(record: PlanRecord, inventory: Inventory) -> None:
         by = f" by {record.decided_by}" if record.decided_by else ""
         raise PlanError(f"PLAN_ID: plan {pid} is already {record.status.value}{by}; "
                         "`peakpack plan show` it, or make a fresh one with `peakpack plan`")
-    if record.inventory_digest != inventory_digest(inventory):
+    if inventory is not None and record.inventory_digest != inventory_digest(inventory):
         raise PlanError(f"--inventory: plan {pid} was made for another inventory ({record.inventory}, or this "
                         "file has changed since); give the inventory it was made with, or plan again")
 
@@ -158,4 +165,63 @@ def reject_plan(store: Journal, plan_id: int, decided_by: str, inventory: Invent
         raise PlanError(f"PLAN_ID: plan {plan_id} was decided by another person meanwhile")
 
 
-__all__ = ["ApplyResult", "apply_plan", "check_applicable", "reject_plan", "stored_plan"]
+@dataclass(frozen=True)
+class Handed:
+    """An approval handed to the leader, as far as it got while the page waited: PENDING (the
+    leader has not run it yet), APPLIED (`plan` has its final status, `actions` their states) or
+    REFUSED (`approval.outcome` says why)."""
+
+    approval: ApprovalRecord
+    plan: PlanRecord
+    actions: list[ActionRecord]
+    leader: str | None
+
+
+def hand_to_leader(store: Journal, plan_id: int, partial: bool, decided_by: str, *, wait_s: float,
+                   poll_s: float = 0.5, stop_requested: Callable[[], bool] = lambda: False) -> Handed:
+    """Queue an approval of RECOMMENDED plan `plan_id` for the controller that leads, then wait up
+    to `wait_s` for it to be run (or refused). Nothing is executed here: whichever process this
+    is, only the lease holder acts. Refused at once (PlanError) when the plan is not RECOMMENDED."""
+    store.plans.expire()
+    record = store.plans.get(plan_id)
+    if record.status is not PlanStatus.RECOMMENDED:
+        check_applicable(record, inventory=None)
+    approval_id = store.approvals.request(plan_id, partial, decided_by)
+    deadline = time.monotonic() + wait_s
+    approval = store.approvals.get(approval_id)
+    while approval.state is ApprovalState.PENDING and time.monotonic() < deadline and not stop_requested():
+        time.sleep(poll_s)
+        approval = store.approvals.get(approval_id)
+    holder = store.lease.holder()
+    return Handed(approval, store.plans.get(plan_id), store.plans.actions(plan_id=plan_id),
+                  holder.holder if holder is not None else None)
+
+
+def run_approvals(store: Journal, inventory: Inventory, services: Services | None, *, leader: str,
+                  log: Callable[[str], None], stop_requested: Callable[[], bool]) -> None:
+    """The leader's side of `hand_to_leader`, between epochs: apply each approval waiting in the
+    store (re-checked like `peakpack apply`: a plan that drifted or expired is refused with the
+    reason), and record the outcome and who ran it. A controller that only plans (`--dry-run`)
+    refuses them."""
+    for approval in store.approvals.pending():
+        if stop_requested():
+            return
+        try:
+            if services is None:
+                raise PlanError(f"PLAN_ID: this controller ({leader}) runs --dry-run; it cannot apply plans")
+            result = apply_plan(store, inventory, approval.plan_id, partial=approval.partial,
+                                decided_by=approval.requested_by, services=services, take_lease=False, log=log,
+                                stop_requested=stop_requested)
+        except FencedError:
+            raise
+        except PeakpackError as exc:
+            store.approvals.finish(approval.id, ApprovalState.REFUSED, str(exc), leader)
+            log(f"approved plan {approval.plan_id} not applied: {exc}")
+            continue
+        outcome = result.status.value + "".join(f"; {e}" for e in result.errors)
+        store.approvals.finish(approval.id, ApprovalState.APPLIED, outcome, leader)
+        log(f"approved plan {approval.plan_id} ({approval.requested_by}): {outcome}")
+
+
+__all__ = ["ApplyResult", "Handed", "apply_plan", "check_applicable", "hand_to_leader", "reject_plan",
+           "run_approvals", "stored_plan"]

@@ -9,13 +9,19 @@ On SIGTERM it lets the action in flight finish and skips the rest. A reconciliat
 logged and the epoch goes on: the unsettled migrations keep both their nodes held. A node that
 an unsettled migration waits for while its container runs nowhere is woken before planning
 (`wakes_for_unsettled`).
+
+Between epochs the leader runs the plans approved on any web page (`apply.run_approvals`: the
+pages hand approvals over through the store and execute nothing themselves), and after each
+epoch it applies `[store]` retention (`Journal.prune`, a few batches at a time). Everything that
+acts (reconciling, an epoch, an approved plan) holds `_acting`, so no two of them overlap.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,11 +38,14 @@ from ..domain.ports import Journal, Services
 from ..domain.records import EnergyRow
 from ..domain.savings import ledger
 from ..domain.states import PlanStatus
-from .apply import ApplyResult, apply_plan
-from .epoch import execute_plan, propose_plan, settle_unfinished
+from .apply import run_approvals
+from .epoch import execute_plan, propose_plan, restart_stopped, settle_unfinished
 from .executor import ExecutionReport
 from .leadership import Lease, lease_ttl
 from .metrics import ControllerMetrics
+
+#: how often a leader between epochs looks for plans approved on a web page
+APPROVAL_POLL_S = 0.5
 
 
 def wakes_for_unsettled(inventory: Inventory, observed: ClusterSnapshot, unsettled: Iterable[Unsettled],
@@ -112,10 +121,13 @@ class Controller:
         self.lease = Lease(store, ttl, role="serve", log=self.log)
         self.owner = self.lease.owner
         self._stop = threading.Event()
-        self._acting = threading.Lock()  # an epoch and an approved plan never run at once
+        # reconciling, an epoch and an approved plan never run at once (re-entered: an epoch may
+        # take office first)
+        self._acting = threading.RLock()
         self._started = False
         self._reconciled = False
         self._metrics_served = False
+        self._qos_counted: int | None = None  # the newest QoS event row counted in the metrics
         if not settings.dry_run and services is None:
             raise ValueError("a live controller needs Services")
 
@@ -188,7 +200,8 @@ class Controller:
         if self.metrics_port is not None and not self._metrics_served:
             self.metrics.serve(self.metrics_port, self.settings.metrics_addr)
             self._metrics_served = True
-        self.reconcile()
+        with self._acting:
+            self.reconcile()
         self._reconciled = True  # the first epoch need not do it again
 
     @property
@@ -217,10 +230,16 @@ class Controller:
                      + (f": {m.reason}" if m.reason else ""))
         self.store.plans.expire()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
         live = None if self.settings.dry_run else self.services
+        if self._qos_counted is None:
+            self._qos_counted = self.store.qos.newest_id()
         observed = self._observe()
         if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
             self.reconcile()  # what waited for the woken node is settled before planning
             observed = self._observe()
+        if live is not None:
+            for line in restart_stopped(self.store, live, self.inventory, observed):
+                self.log(f"qos: {line}")
+        self._count_qos_events()
         if live is not None:
             live.account_energy(observed, None)  # closes the interval since the last epoch
             self.metrics.observe_ledger(ledger(self.store.savings.history(), datetime.now(UTC)))
@@ -244,11 +263,34 @@ class Controller:
             if self.settings.approve and plan.actions:
                 self.log(f"plan {plan_id} is RECOMMENDED: `peakpack plan show {plan_id}` prints it; approve it on "
                          "the web page (serve --http-port), which runs it between epochs")
+            self._prune()
             return plan
         self.lease.check()
         outcome = execute_plan(self.store, live, plan, plan_id, log=self.log, stop_requested=self._stopping)
         self._record(plan, outcome.report)
+        self._prune()
         return plan
+
+    def _prune(self) -> None:
+        """`[store]` retention, a few batches each epoch; a failure is logged, the service goes on
+        (the next epoch tries again)."""
+        if self._stopping():
+            return
+        try:
+            pruned = self.store.prune(self.inventory.store, datetime.now(UTC))
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - retention must never stop the controller
+            self.log(f"retention failed: {type(exc).__name__}: {exc}")
+            return
+        if pruned:
+            self.log(f"retention: {pruned.summary()}")
+
+    def _count_qos_events(self) -> None:
+        """The QoS events journaled since the last count (by this epoch's observation, restarts)."""
+        for e in self.store.qos.events(after_id=self._qos_counted):
+            self.metrics.qos_events.labels(e.node, e.kind).inc()
+            self._qos_counted = max(self._qos_counted or 0, e.id or 0)
 
     def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
                   ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:
@@ -278,23 +320,28 @@ class Controller:
 
     # -- the service ----------------------------------------------------------------------------
 
-    def apply_stored(self, plan_id: int, *, partial: bool, decided_by: str) -> ApplyResult:
-        """Apply a RECOMMENDED plan from inside this leading controller (the web page's approve
-        button under `serve --approve`): under this process's lease, never during an epoch."""
-        if self.services is None:
-            raise PeakpackError(f"plan {plan_id}: this controller runs --dry-run; it cannot apply plans")
-        with self._acting:
+    def run_approved(self) -> None:
+        """Plans approved on a web page (any process's), run here under this leader's lease and
+        never during an epoch: when an epoch is running they wait for the next look."""
+        if not self._acting.acquire(blocking=False):
+            return
+        try:
             self.lease.check()
-            return apply_plan(self.store, self.inventory, plan_id, partial=partial, decided_by=decided_by,
-                              services=self.services, take_lease=False, log=self.log,
-                              stop_requested=self._stopping)
+            run_approvals(self.store, self.inventory, self.services, leader=self.owner, log=self.log,
+                          stop_requested=self._stopping)
+        except FencedError as exc:
+            self.lease.lose(exc.reason)
+        except Exception as exc:  # noqa: BLE001 - the service goes on; the approval stays to be retried
+            self.log(f"approved plans: {type(exc).__name__}: {exc}")
+        finally:
+            self._acting.release()
 
     def _epoch_job(self) -> None:
         try:
             with self._acting:
                 self.run_epoch()
         except FencedError as exc:  # another controller leads: act no more, stand by again
-            self.lease.lose(str(exc))
+            self.lease.lose(exc.reason)
             self.log(f"epoch stopped: {exc}")
         except PeakpackError as exc:  # one bad epoch must not kill the service
             self.log(f"epoch failed: {exc}")
@@ -306,20 +353,39 @@ class Controller:
     def stop(self, *_: object) -> None:
         self._stop.set()
 
-    def run_once(self) -> Plan:
+    def stopped(self) -> bool:
+        """Whether this controller was asked to stop (SIGTERM/SIGINT)."""
+        return self._stop.is_set()
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop this controller while it runs (signals reach the main thread only:
+        elsewhere, e.g. a second controller in a test, `stop()` is called instead)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return self.run_epoch()
+            yield
         finally:
-            self.finish()
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def run_once(self) -> Plan:
+        with self._signals():
+            try:
+                return self.run_epoch()
+            finally:
+                self.finish()
 
     def run_forever(self) -> None:
         """Lead (or stand by until this process may) until SIGTERM/SIGINT; a leader that loses
         the lease stops acting and stands by again. The action in flight finishes, the rest are
         skipped."""
-        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        with self._signals():
+            self._serve()
+
+    def _serve(self) -> None:
         try:
             while not self._stop.is_set():
                 if not self.lease.wait(self._stop):
@@ -330,15 +396,13 @@ class Controller:
                     self._take_office()
                     self._lead()
                 except FencedError as exc:  # taken over while reconciling
-                    self.lease.lose(str(exc))
+                    self.lease.lose(exc.reason)
                 if self.lease.lost.is_set() and not self._stop.is_set():
                     self.lease.release()
                     self._started = False
                     self.log("standing by again")
         finally:
             self.finish()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             self.log("stopped")
 
     def _lead(self) -> None:
@@ -355,8 +419,8 @@ class Controller:
         scheduler.start()
         self.log(f"serving {self.inventory.cluster.name}: one epoch every {self.settings.epoch_seconds}s")
         try:
-            while not self._stop.wait(0.5) and not self.lease.lost.is_set():
-                pass
+            while not self._stop.wait(APPROVAL_POLL_S) and not self.lease.lost.is_set():
+                self.run_approved()
         finally:
             self.log(("lease lost" if self.lease.lost.is_set() else "stopping") + ": waiting for the action in flight")
             scheduler.shutdown(wait=True)

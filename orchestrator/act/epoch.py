@@ -3,6 +3,8 @@ stored plan, and `apply` (with the web page's approve button) re-runs the view a
 
     settle_unfinished     what a crash or an in-doubt migration left open, from the nodes' facts
     (observe)             the caller's: live services, a snapshot file, or the embedded demo
+    restart_stopped       containers a node's QoS guard stopped for memory, started again where
+                          there is room (`serve`, not its dry run)
     planning_view         unsettled migrations hold both their nodes; each container's CPU is the
                           forecast of its stored demand history (as the simulator plans)
     propose_plan          budgets and windows (allowance), what the store remembers (grace,
@@ -24,10 +26,12 @@ from datetime import UTC, datetime, timedelta
 from ..decide.demand import Forecast, forecast_demand
 from ..decide.forecast import window_epochs
 from ..decide.predict import Prediction, predict
+from ..decide.qos import EVICTED, RESTART_FAILED, RESTARTED, LoweredCap, restarts
 from ..decide.review import inventory_digest
 from ..decide.solve import DEFAULT_POLICY, hold_unsettled, make_plan
 from ..decide.traffic import Edge, forecast_traffic
 from ..domain.budgets import allowance_at
+from ..domain.errors import PeakpackError
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.plan import Plan
 from ..domain.ports import Journal, Services
@@ -47,6 +51,7 @@ class Proposal:
     status: PlanStatus
     expires_at: datetime
     forecasts: Mapping[str, Forecast]
+    lowered: Mapping[str, LoweredCap]  # nodes planned under a lower cap (their containers stalled)
 
 
 def expires_at(inventory: Inventory, made: datetime | None = None) -> datetime:
@@ -89,6 +94,31 @@ def settle_unfinished(journal: Journal, services: Services) -> list[str]:
     return [*services.reconcile(), *settle_orphans(journal)]
 
 
+def restart_stopped(journal: Journal, services: Services, inventory: Inventory, observed: ClusterSnapshot
+                    ) -> list[str]:
+    """Start again, where they were, the best-effort containers the nodes' QoS guards stopped for
+    memory (`decide/qos.restarts`: when the node has room for what they usually use, at most
+    `[qos] restarts_per_hour`), each start journaled as a QoS event; one line per container."""
+    now = observed.taken_at
+    window = now - timedelta(seconds=inventory.planner.forecast.window_seconds)
+    events = journal.qos.events(since=window, kinds=(EVICTED, RESTARTED, RESTART_FAILED))
+    lines = []
+    for r in restarts(events, observed, inventory, journal.demand.history(since=window),
+                      inventory.qos.restarts_per_hour, now):
+        if not r.now:
+            lines.append(f"{r.container} stays stopped: {r.why}")
+            continue
+        try:
+            services.ops.start(r.node, r.container)
+        except PeakpackError as exc:
+            journal.qos.record(r.node, RESTART_FAILED, r.container, str(exc))
+            lines.append(f"{r.container}: starting it on {r.node} failed: {exc}")
+            continue
+        journal.qos.record(r.node, RESTARTED, r.container, r.why)
+        lines.append(f"{r.container}: started again on {r.node}: {r.why}")
+    return lines
+
+
 def forecast_from_store(journal: Journal, snapshot: ClusterSnapshot, settings: ForecastSettings,
                         epoch_seconds: float) -> tuple[ClusterSnapshot, dict[str, Forecast]]:
     """`demand.forecast_demand` over the stored history of the window ending at the snapshot."""
@@ -124,9 +154,9 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
     allowance = allowance_at(inventory.budgets, inventory.windows, datetime.now(UTC),
                              journal.disruption_since)
     traffic = traffic_from_store(journal, snapshot, inventory.planner.forecast, inventory.cluster.epoch_seconds)
+    facts = remembered(journal, inventory, snapshot, record=remember)
     plan = make_plan(inventory, snapshot, policy=policy, time_limit_s=time_limit_s, dry_run=dry_run,
-                     facts=remembered(journal, inventory, snapshot, record=remember), allowance=allowance,
-                     traffic=traffic)
+                     facts=facts, allowance=allowance, traffic=traffic)
     if adjust is not None:
         plan = adjust(plan, snapshot)
     prediction = predict(inventory, snapshot, plan, inventory.planner, journal.migrations.frozen_history())
@@ -135,7 +165,7 @@ def propose_plan(journal: Journal, inventory: Inventory, observed: ClusterSnapsh
                                  expires_at=until, inventory_digest=inventory_digest(inventory),
                                  prediction=prediction.to_json(),
                                  action_predictions=[a.to_json() for a in prediction.actions])
-    return Proposal(replace(plan, plan_id=plan_id), snapshot, prediction, status, until, forecasts)
+    return Proposal(replace(plan, plan_id=plan_id), snapshot, prediction, status, until, forecasts, facts.lowered)
 
 
 @dataclass(frozen=True)

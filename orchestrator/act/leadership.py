@@ -6,6 +6,13 @@ thread every ttl/3, so a long epoch never lets it expire; the store is fenced wi
 a controller that lost it cannot write; `lost` is set as soon as this process may lead no more.
 A dead leader needs no clean-up: its lease expires, or, when it ran on this host, is taken over
 at once because its process is gone.
+
+Lease loss is detected by the clock, within the lease: a watchdog counts the lease lost one ttl
+after the last renewal that was *sent* and succeeded (the database set the expiry later than
+that), whether or not the renewal under way ever returns. A database that stops answering (a
+PostgreSQL server that hangs, a SQLite writer holding the lock) cannot keep this process acting
+past its lease; the store's own statement timeouts (`db/repos/lease.py`) only make a renewal
+give up sooner.
 """
 
 from __future__ import annotations
@@ -99,6 +106,8 @@ class Lease:
         self.lost_reason = ""
         self._halt = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
+        self._expires = 0.0  # time.monotonic() when the lease may have lapsed
 
     # -- taking it ------------------------------------------------------------------------------
 
@@ -150,32 +159,43 @@ class Lease:
         self.lost.clear()
         self.lost_reason = ""
         self._halt = threading.Event()
-        self._renewer = threading.Thread(target=self._renew, args=(token, asked, self._halt),
+        self._expires = asked + self.ttl_s
+        self._renewer = threading.Thread(target=self._renew, args=(token, self._halt),
                                          name="peakpack-lease", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, args=(self._halt,), name="peakpack-lease-watch",
+                                          daemon=True)
         self._renewer.start()
+        self._watchdog.start()
 
     # -- keeping it -----------------------------------------------------------------------------
 
-    def _renew(self, token: int, asked: float, halt: threading.Event) -> None:
-        """Every ttl/3, whatever the epoch is doing. Without an answer the lease counts as lost
-        one ttl after the last renewal was sent: by then a standby may hold it."""
-        expires = asked + self.ttl_s
+    def _renew(self, token: int, halt: threading.Event) -> None:
+        """Every ttl/3, whatever the epoch is doing; each success moves the watchdog's deadline to
+        one ttl after it was sent. A renewal that fails is retried; one that never returns leaves
+        the deadline where it was, and the watchdog calls the lease lost."""
         while not halt.wait(self.ttl_s / 3):
             sent = time.monotonic()
             try:
                 ok = self.store.lease.renew(self.owner, token, self.ttl_s)
                 current = None if ok else self.store.lease.holder()
             except Exception as exc:  # noqa: BLE001 - any failure to reach the database is retried
-                if time.monotonic() >= expires:
-                    self.lose(f"not renewed for {self.ttl_s:g} s ({type(exc).__name__}: {exc})")
-                    return
-                self.log(f"lease: renewal failed, retrying: {exc}")
+                if not halt.is_set():
+                    self.log(f"lease: renewal failed, retrying: {exc}")
                 continue
+            if halt.is_set():  # lost (or released) while this renewal waited: it changes nothing
+                return
             if not ok:
                 who = f"controller {current.holder}" if current is not None else "another controller"
                 self.lose(f"{who} took over (lease token {current.token if current else '?'} > {token})")
                 return
-            expires = sent + self.ttl_s
+            self._expires = sent + self.ttl_s
+
+    def _watch(self, halt: threading.Event) -> None:
+        """Count the lease lost at its deadline, whatever a renewal still waits for."""
+        while not halt.wait(max(0.0, min(self._expires - time.monotonic(), self.ttl_s / 10))):
+            if time.monotonic() >= self._expires:
+                self.lose(f"not renewed for {self.ttl_s:g} s (the database did not answer in time)")
+                return
 
     def lose(self, reason: str) -> None:
         """Lead no more: stop renewing and set `lost` (the renewal failed, or a write was fenced)."""
@@ -188,24 +208,37 @@ class Lease:
     def check(self) -> None:
         """Raise FencedError once the lease is lost: called before every epoch and execution."""
         if self.lost.is_set():
-            raise FencedError(f"--db: lease lost: {self.lost_reason}; this one stops")
+            raise FencedError(f"lease lost: {self.lost_reason}")
 
     # -- giving it back -------------------------------------------------------------------------
 
     def release(self) -> None:
         """Stop renewing and free the lease if it is still ours; the store stays fenced with the
-        old token, so nothing this process still writes can land after a successor took over."""
+        old token, so nothing this process still writes can land after a successor took over.
+        Bounded: a database that does not answer keeps this process at most a ttl (the lease
+        then simply expires on its own)."""
         self._halt.set()
-        if self._renewer is not None:
-            self._renewer.join()
-            self._renewer = None
+        for thread in (self._renewer, self._watchdog):  # a renewal stuck on the database is left behind:
+            if thread is not None:                      # halted, its answer changes nothing
+                thread.join(self.ttl_s / 3)
+        self._renewer = self._watchdog = None
         token, self.token = self.token, None
         if token is None:
             return
-        try:
-            self.store.lease.release(self.owner, token)
-        except StoreError as exc:
-            self.log(f"lease: not released ({exc}); it expires within {self.ttl_s:g} s")
+        failed: list[str] = []
+
+        def free() -> None:
+            try:
+                self.store.lease.release(self.owner, token)
+            except StoreError as exc:
+                failed.append(str(exc))
+
+        releasing = threading.Thread(target=free, name="peakpack-lease-release", daemon=True)
+        releasing.start()
+        releasing.join(self.ttl_s / 3)
+        if failed or releasing.is_alive():
+            why = failed[0] if failed else "the database did not answer"
+            self.log(f"lease: not released ({why}); it expires within {self.ttl_s:g} s")
 
     def __enter__(self) -> Lease:
         self.acquire()

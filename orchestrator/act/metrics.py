@@ -34,6 +34,9 @@ class ControllerMetrics:
                                registry=self.registry)
         #: ledger totals already counted, per source (None until the first look: counting starts then)
         self._ledger_seen: dict[str, tuple[float, float]] | None = None
+        self.qos_events = Counter("peakpack_qos_events", "Events of the nodes' QoS guards (cpu_suppress, mem_evict, "
+                                  "...) and the controller's restarts, by node and kind", ["node", "kind"],
+                                  registry=self.registry)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

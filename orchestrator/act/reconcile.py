@@ -14,9 +14,14 @@ from ..domain.states import ActionState
 def finish_unfinished_actions(journal: Journal, bmc_is_on: Callable[[str], bool]) -> list[str]:
     """One line per ONGOING action finished; `bmc_is_on(node)` raises PeakpackError when the BMC
     cannot be read."""
-    lines = []
-    migrated = {m.action_id for m in journal.migrations.history() if m.action_id is not None}
-    for a in journal.plans.unfinished_actions():
+    lines: list[str] = []
+    unfinished = journal.plans.unfinished_actions()
+    if not unfinished:
+        return lines
+    # a migration of an action begins after the action was journaled: no need to read older ones
+    since = min(a.created_at for a in unfinished)
+    migrated = {m.action_id for m in journal.migrations.history(since) if m.action_id is not None}
+    for a in unfinished:
         if a.kind == "migrate" and a.id in migrated:
             continue  # its migration is settled by the migration reconciliation, which updates it
         if a.kind == "migrate":

@@ -1,11 +1,13 @@
 """What the store remembers that the planner's rules need (planner/rules.py: grace, quarantine,
-hysteresis), read for `serve` and `plan` alike so both plan the same way."""
+hysteresis; decide/qos.py: nodes whose latency-sensitive containers stalled), read for `serve`
+and `plan` alike so both plan the same way."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from ..decide.planner.rules import Remembered, idle_updates
+from ..decide.qos import lowered_caps
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.ports import Journal
 
@@ -26,4 +28,5 @@ def remembered(store: Journal, inventory: Inventory, snapshot: ClusterSnapshot, 
     since = now - timedelta(seconds=max(inventory.planner.grace_seconds, inventory.planner.forecast.window_seconds))
     return Remembered(idle_since=idle, woken_at=store.power.woken_since(since), quarantined=store.power.quarantined(),
                       moved_at=store.migrations.moved_since(since),
-                      frozen_history=tuple(store.migrations.frozen_history()))
+                      frozen_history=tuple(store.migrations.frozen_history()),
+                      lowered=lowered_caps(store.pressure.history(since=since), inventory.planner))

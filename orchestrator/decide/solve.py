@@ -17,6 +17,7 @@ from .planner.problem import Placement, PlacementProblem, Policy, Weights
 from .planner.registry import get_policy
 from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
 from .predict import frozen_model
+from .qos import with_lowered_caps
 
 DEFAULT_POLICY = "peakpack"
 #: re-solves allowed to separate containers that publish the same host port
@@ -106,13 +107,15 @@ def make_plan(
     objective charges while a pair is on two nodes.
 
     `settings` default to the inventory's (`[planner]`); `time_limit_s` overrides theirs (the CLI
-    flag). `facts` (what the store remembers) feed the power rules and hysteresis
-    (`planner.rules`), judged at the snapshot's time; None: nothing remembered."""
+    flag). `facts` (what the store remembers) feed the power rules, hysteresis and the lower caps
+    of nodes whose latency-sensitive containers stalled (`planner.rules`, `qos`), judged at the
+    snapshot's time; None: nothing remembered."""
     settings = settings or inventory.planner
     search = {"workers": settings.workers, "target_gap": settings.relative_gap} if policy == DEFAULT_POLICY else {}
     solver = get_policy(policy, **search)
-    inventory = held_inventory(inventory, snapshot)
-    held_back = restraints(inventory, snapshot, settings, facts or Remembered(), snapshot.taken_at)
+    facts = facts or Remembered()
+    inventory = with_lowered_caps(held_inventory(inventory, snapshot), facts.lowered)
+    held_back = restraints(inventory, snapshot, settings, facts, snapshot.taken_at)
     solved = restrained_inventory(inventory, held_back)
     problem = PlacementProblem(
         inventory=solved,
@@ -125,7 +128,8 @@ def make_plan(
         pinned=held_back.pinned,
         keep_power=held_back.keep_power,
         traffic=traffic or {},
-        frozen=frozen_model((facts or Remembered()).frozen_history),
+        frozen=frozen_model(facts.frozen_history),
+        lowered_caps={n: c.why for n, c in facts.lowered.items()},
     )
     placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)
@@ -134,6 +138,7 @@ def make_plan(
                   if n in placement.powered and n not in hosting)
     notes += tuple(f"{n} not woken: {why}" for n, why in sorted(held_back.keep_power.items())
                    if n not in placement.powered)
+    notes += tuple(f"{n}: {c.why}" for n, c in sorted(facts.lowered.items()))
     used = {**settings.by_key(), "time_limit_s": problem.time_limit_s}
     return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes, settings=used)
 

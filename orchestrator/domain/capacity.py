@@ -1,9 +1,11 @@
 """The one capacity rule: does a load fit on a node?
 
 A node holds at most `cap x cpus` cores of CPU and `memory_cap x memory_mb` MB of memory; a load
-fits when it is within both, up to `EPS`. Replay, plan building, the objective's constraint
-check, every policy and the CP-SAT model decide it here, so a load one of them accepts no other
-rejects (they differ only by the order in which they add floats, which EPS absorbs).
+fits when it is within both, up to `EPS`. A node whose latency-sensitive containers stalled plans
+under a lower CPU cap of its own (`NodeSpec.cap`, set by `decide/qos.py`), never a higher one.
+Replay, plan building, the objective's constraint check, every policy and the CP-SAT model decide
+it here, so a load one of them accepts no other rejects (they differ only by the order in which
+they add floats, which EPS absorbs).
 
 Pure: floats or numpy arrays in (elementwise, for the vectorised policies), bools out.
 """
@@ -35,12 +37,18 @@ def capacity(
     return cap * cpus, memory_cap * memory_mb
 
 
+def node_cap(spec: NodeSpec, cap: float) -> float:
+    """The CPU cap of one node: `cap` (the cluster's, a problem's or a baseline's), or the node's
+    own lowered one when that is lower."""
+    return cap if spec.cap is None else min(cap, spec.cap)
+
+
 def node_capacity(
     spec: NodeSpec, cluster: ClusterConfig, cap: float | None = None
 ) -> tuple[float, float]:
     """`capacity` of one inventory node; `cap` overrides the cluster's CPU cap (a problem's
     own, or a baseline's)."""
-    cpu_cap = cluster.cap if cap is None else cap
+    cpu_cap = node_cap(spec, cluster.cap if cap is None else cap)
     cpu, mem = capacity(float(spec.cpus), float(spec.memory_mb), cpu_cap, cluster.memory_cap)
     return float(cpu), float(mem)
 
@@ -88,6 +96,7 @@ __all__ = [
     "capacity",
     "fits",
     "integer_units",
+    "node_cap",
     "node_capacity",
     "within",
 ]

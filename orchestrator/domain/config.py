@@ -7,21 +7,19 @@ the frozen dataclasses of `model.py`, so nothing downstream depends on pydantic.
 
 from __future__ import annotations
 
-import ipaddress
 import json
+import math
 import os
-import re
 import stat
 import tomllib
-from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import budgets
-from .errors import InventoryError, SnapshotError
+from . import budgets, inputs
+from .errors import InventoryError, PeakpackError, SnapshotError
 from .model import (
     BmcConfig,
     ClusterConfig,
@@ -33,52 +31,57 @@ from .model import (
     NodeSpec,
     NodeState,
     PowerCurve,
+    QosClass,
     ReviewConfig,
     SshConfig,
+    StoreConfig,
     WebConfig,
 )
-from .settings import ForecastSettings, MigrationSettings, PlannerSettings
+from .qos import GuardSettings, QosSettings
+from .settings import NESTED, ForecastSettings, MigrationSettings, PlannerSettings, QosCapSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-HOSTNAME_RE = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
 WEAK_CIPHER_SUITES = (0, 1, 2)
 
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=63)]
-Port = Annotated[int, Field(ge=1, le=65535)]
+#: every number of the schema has the bounds of `inputs` (finite, sane for the field, small
+#: enough for the solver's integers, the store and `timedelta`)
+Port = Annotated[int, Field(**inputs.PORT.pydantic())]
+Share = Annotated[float, Field(**inputs.SHARE.pydantic())]
+Seconds = Annotated[float, Field(**inputs.SECONDS.pydantic())]
+PositiveSeconds = Annotated[float, Field(**inputs.POSITIVE_SECONDS.pydantic())]
+Watts = Annotated[float, Field(**inputs.WATTS.pydantic())]
+Count = Annotated[int, Field(**inputs.COUNT.pydantic())]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Share = Annotated[float, Field(gt=0, le=1)]
+    #: inf and nan are valid TOML and JSON floats, but no setting or observation is infinite
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _Cluster(_Strict):
     name: Name
     cap: Share | None = None          # also `[planner].cap`; default: PlannerSettings
     memory_cap: Share | None = None
-    epoch_seconds: Annotated[int, Field(gt=0)] = 600
+    epoch_seconds: Annotated[int, Field(**inputs.EPOCH_SECONDS.pydantic())] = 600
 
 
 class _PowerPolicy(_Strict):
     """`[power_policy]`, kept so older inventories load: the same keys as in `[planner]`."""
 
-    grace_seconds: Annotated[float, Field(ge=0)] | None = None
-    spare_nodes: Annotated[int, Field(ge=0)] | None = None
-    boot_seconds: Annotated[float, Field(ge=0)] | None = None
-    boot_power_w: Annotated[float, Field(ge=0)] | None = None
-    wake_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    grace_seconds: Seconds | None = None
+    spare_nodes: Count | None = None
+    boot_seconds: Seconds | None = None
+    boot_power_w: Watts | None = None
+    wake_timeout_seconds: PositiveSeconds | None = None
 
 
 class _Forecast(_Strict):
     """`[planner.forecast]`: see settings.ForecastSettings (unset keys keep its defaults)."""
 
-    window_seconds: Annotated[float, Field(gt=0)] | None = None
+    window_seconds: PositiveSeconds | None = None
     quantile: Annotated[float, Field(ge=0, le=1)] | None = None
-    k_std: Annotated[float, Field(ge=0)] | None = None
+    k_std: Annotated[float, Field(ge=0, le=100)] | None = None
 
     @model_validator(mode="after")
     def _one_rule(self) -> _Forecast:
@@ -87,26 +90,75 @@ class _Forecast(_Strict):
         return self
 
 
+class _PlannerQos(_Strict):
+    """`[planner.qos]`: see settings.QosCapSettings (unset keys keep its defaults)."""
+
+    stall_share: Share | None = None
+    cap_step: Share | None = None
+    min_cap: Share | None = None
+    clear_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = None
+
+
 class _Planner(_PowerPolicy):
     """`[planner]`: see settings.PlannerSettings (unset keys keep its defaults)."""
 
     cap: Share | None = None
     memory_cap: Share | None = None
-    migration_j: Annotated[float, Field(ge=0)] | None = None
-    migration_j_per_gb: Annotated[float, Field(ge=0)] | None = None
-    off_epochs: Annotated[float, Field(ge=1)] | None = None
-    traffic_j_per_gb: Annotated[float, Field(ge=0)] | None = None
-    time_limit_s: Annotated[float, Field(gt=0)] | None = None
-    workers: Annotated[int, Field(ge=1)] | None = None
+    migration_j: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    migration_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    off_epochs: Annotated[float, Field(ge=1, le=1e6)] | None = None
+    traffic_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    time_limit_s: Annotated[float, Field(**inputs.SOLVER_SECONDS.pydantic())] | None = None
+    workers: Annotated[int, Field(ge=1, le=1024)] | None = None
     relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None
     hysteresis: bool | None = None
     forecast: _Forecast = _Forecast()
+    qos: _PlannerQos = _PlannerQos()
+
+    @model_validator(mode="after")
+    def _lowered_within_the_cap(self) -> _Planner:
+        if self.cap is not None and self.qos.min_cap is not None and self.qos.min_cap > self.cap:
+            raise ValueError(f"qos.min_cap {self.qos.min_cap} is above cap {self.cap}; a lowered cap must be lower")
+        return self
+
+
+Watermark = Annotated[float, Field(ge=0, le=1)]
+
+
+class _Qos(_Strict):
+    """`[qos]`: see qos.GuardSettings and qos.QosSettings (unset keys keep their defaults); the
+    ranges are the guard's own (`qos/guard.py` RANGES)."""
+
+    interval_seconds: Annotated[float, Field(ge=0.2, le=60)] | None = None
+    cpu_watermark: Annotated[float, Field(ge=0.05, le=1)] | None = None
+    stall_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
+    be_share: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    be_floor: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    cpu_step: Annotated[float, Field(ge=0.01, le=1)] | None = None
+    breaches_to_act: Annotated[int, Field(ge=1, le=60)] | None = None
+    clears_to_restore: Annotated[int, Field(ge=1, le=600)] | None = None
+    memory_watermark: Annotated[float, Field(ge=0, le=0.9)] | None = None
+    memory_full_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
+    install: bool = True
+    restarts_per_hour: Annotated[int, Field(**inputs.COUNT.pydantic())] = 3
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any, info: Any) -> Any:
+        """A watermark written as text ("80%") is refused with the form to use."""
+        if isinstance(v, str) and info.field_name != "install":
+            raise ValueError(f"{v!r} is text; write a number, e.g. {info.field_name} = 0.8 for 80%")
+        return v
+
+    def settings(self) -> QosSettings:
+        given = {k: getattr(self, k) for k in GuardSettings().by_key() if getattr(self, k) is not None}
+        return QosSettings(GuardSettings(**given), self.install, self.restarts_per_hour)
 
 
 class _Power(_Strict):
-    idle_w: Annotated[float, Field(ge=0)] | None = None
-    max_w: Annotated[float, Field(gt=0)] | None = None
-    curve_w: list[Annotated[float, Field(ge=0)]] | None = None
+    idle_w: Watts | None = None
+    max_w: Annotated[float, Field(gt=0, le=inputs.WATTS.hi)] | None = None
+    curve_w: list[Watts] | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> _Power:
@@ -148,8 +200,8 @@ class _Bmc(_Strict):
 class _Node(_Strict):
     name: Name
     address: str
-    cpus: Annotated[int, Field(gt=0)]
-    memory_mb: Annotated[int, Field(gt=0)]
+    cpus: Annotated[int, Field(**inputs.NODE_CPUS.pydantic())]
+    memory_mb: Annotated[int, Field(**inputs.NODE_MEMORY_MB.pydantic())]
     role: Literal["worker", "head"] = "worker"
     power_managed: bool | None = None
     power: _Power
@@ -159,19 +211,39 @@ class _Node(_Strict):
 
 class _Web(_Strict):
     token_file: str
+    token_for_reads: bool = False
+    hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = []
+
+
+Days = Annotated[int, Field(**inputs.DAYS.pydantic())]
+
+
+class _Store(_Strict):
+    """`[store]`: see model.StoreConfig."""
+
+    raw_days: Days = StoreConfig.raw_days
+    hourly_days: Days = StoreConfig.hourly_days
+    history_days: Days = StoreConfig.history_days
+    prune_rows: Annotated[int, Field(ge=100, le=inputs.COUNT.hi)] = StoreConfig.prune_rows
+
+    @model_validator(mode="after")
+    def _hours_outlive_rows(self) -> _Store:
+        if self.hourly_days < self.raw_days:
+            raise ValueError("hourly_days must be >= raw_days (hours are summed from the raw rows)")
+        return self
 
 
 class _Review(_Strict):
-    plan_ttl_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    plan_ttl_seconds: PositiveSeconds = 3600.0
 
 
 class _Budgets(_Strict):
     """`[budgets]`: see orchestrator/budgets.py."""
 
-    migrations_per_epoch: Annotated[int, Field(ge=0)] | None = None
-    migrations_per_hour: Annotated[int, Field(ge=0)] | None = None
-    migrations_per_node: Annotated[int, Field(ge=1)] = 1
-    power_offs_per_hour: Annotated[int, Field(ge=0)] | None = None
+    migrations_per_epoch: Count | None = None
+    migrations_per_hour: Count | None = None
+    migrations_per_node: Annotated[int, Field(ge=1, le=inputs.COUNT.hi)] = 1
+    power_offs_per_hour: Count | None = None
 
 
 class _Window(_Strict):
@@ -216,9 +288,9 @@ class _Window(_Strict):
 class _Migration(_Strict):
     """`[migration]`: see settings.MigrationSettings (unset keys keep its defaults)."""
 
-    grace_seconds: Annotated[float, Field(ge=0)] | None = None
+    grace_seconds: Annotated[float, Field(ge=0, le=86400)] | None = None
     post_copy: bool | None = None
-    dump_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    dump_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = None
     page_server_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
     page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
 
@@ -245,6 +317,8 @@ class _Inventory(_Strict):
     web: _Web | None = None
     review: _Review = _Review()
     migration: _Migration = _Migration()
+    store: _Store = _Store()
+    qos: _Qos = _Qos()
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -272,6 +346,7 @@ def _describe(err: Any) -> str:
         "(starting with a letter or digit)",
         "too_short": "must not be empty",
         "literal_error": f"must be one of {ctx.get('expected')}",
+        "finite_number": "must be a finite number (inf and nan are not)",
     }
     if kind in messages:
         return f"{loc}: {messages[kind]}"
@@ -288,10 +363,9 @@ def _validation_line(prefix: str, exc: ValidationError) -> str:
 
 def _check_address(field: str, value: str) -> None:
     try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        if not HOSTNAME_RE.match(value):
-            raise InventoryError(f"{field}: {value!r} is neither an IP address nor a host name") from None
+        inputs.host(value, field)
+    except PeakpackError as exc:
+        raise InventoryError(str(exc)) from None
 
 
 def _existing_file(field: str, base: Path, value: str) -> Path:
@@ -301,13 +375,30 @@ def _existing_file(field: str, base: Path, value: str) -> Path:
     return path
 
 
+def _read(path: Path, field: str) -> str:
+    try:
+        return inputs.read_text(path, field)
+    except PeakpackError as exc:
+        raise InventoryError(str(exc)) from None
+
+
 def _secret_file(field: str, base: Path, value: str, what: str = "the BMC password") -> Path:
     path = _existing_file(field, base, value)
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InventoryError(f"{field}: {path} is readable by group/others; run chmod 600 {path}")
-    if not path.read_text().strip():
+    if not _read(path, field).strip():
         raise InventoryError(f"{field}: {path} is empty; write {what} into it")
+    return path
+
+
+def _pinned_keys(field: str, base: Path, value: str) -> Path:
+    """A known_hosts file: the host keys every SSH login is checked against. Anyone who may write
+    it could pin their own key, so it must be writable by its owner only."""
+    path = _existing_file(field, base, value)
+    if path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InventoryError(f"{field}: {path} is writable by group/others, so its pinned keys prove nothing; "
+                             f"run chmod go-w {path}")
     return path
 
 
@@ -326,7 +417,7 @@ def _to_node(index: int, n: _Node, base: Path) -> NodeSpec:
             identity_file=_existing_file(f"{field}.ssh.identity_file", base, n.ssh.identity_file)
             if n.ssh.identity_file
             else None,
-            known_hosts=_existing_file(f"{field}.ssh.known_hosts", base, n.ssh.known_hosts)
+            known_hosts=_pinned_keys(f"{field}.ssh.known_hosts", base, n.ssh.known_hosts)
             if n.ssh.known_hosts
             else None,
         )
@@ -397,16 +488,27 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
     web = WebConfig()
     if inv.web is not None:
         try:
-            web = WebConfig(_secret_file("web.token_file", base, inv.web.token_file, "the web page's token"))
+            for i, name in enumerate(inv.web.hosts):
+                _check_address(f"web.hosts[{i}]", name)
+            web = WebConfig(_secret_file("web.token_file", base, inv.web.token_file, "the web page's token"),
+                            inv.web.token_for_reads, tuple(inv.web.hosts))
         except InventoryError as exc:
             raise InventoryError(f"{label}: {exc}") from None
+    window_days = planner.forecast.window_seconds / 86400
+    if inv.store.raw_days < window_days:
+        raise InventoryError(f"{label}: store.raw_days: {inv.store.raw_days} keeps less than the forecast's "
+                             f"window ([planner.forecast] window_seconds = {planner.forecast.window_seconds:g}); "
+                             f"keep at least {math.ceil(window_days)}")
     b = inv.budgets
     return Inventory(cluster=cluster, nodes=nodes, source=source, planner=planner,
                      planner_sources=sources, web=web,
                      review=ReviewConfig(inv.review.plan_ttl_seconds),
+                     store=StoreConfig(inv.store.raw_days, inv.store.hourly_days, inv.store.history_days,
+                                       inv.store.prune_rows),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings())
+                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(),
+                     qos=inv.qos.settings())
 
 
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`
@@ -419,7 +521,7 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
     given: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for key in _Planner.model_fields:
-        if key == "forecast":
+        if key in NESTED:
             continue
         value = getattr(inv.planner, key) if key in inv.planner.model_fields_set else None
         old = _ALSO_AT.get(key)
@@ -434,21 +536,20 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
             given[key], sources[key] = value, f"inventory [planner].{key}"
         elif old_value is not None:
             given[key], sources[key] = old_value, f"inventory [{old}].{key}"
-    fc = inv.planner.forecast
-    forecast = {k: getattr(fc, k) for k in fc.model_fields_set if getattr(fc, k) is not None}
-    sources.update({f"forecast.{k}": f"inventory [planner.forecast].{k}" for k in forecast})
-    settings = PlannerSettings(**given, forecast=ForecastSettings(**forecast))
+    nested = {}
+    for section, kind in zip(NESTED, (ForecastSettings, QosCapSettings), strict=True):
+        table = getattr(inv.planner, section)
+        set_here = {k: getattr(table, k) for k in table.model_fields_set if getattr(table, k) is not None}
+        sources.update({f"{section}.{k}": f"inventory [planner.{section}].{k}" for k in set_here})
+        nested[section] = kind(**set_here)
+    settings = PlannerSettings(**given, **nested)
     return settings, tuple((k, sources.get(k, "default")) for k in settings.by_key())
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read and validate an inventory file; paths inside it are relative to the file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InventoryError(f"--inventory: cannot read {p}: {exc.strerror}") from None
-    return parse_inventory(text, base=p.resolve().parent, source=p)
+    return parse_inventory(_read(p, "--inventory"), base=p.resolve().parent, source=p)
 
 
 class _SnapNode(_Strict):
@@ -459,18 +560,19 @@ class _SnapNode(_Strict):
 class _SnapContainer(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]+$", max_length=128)]
     node: str
-    cpu: Annotated[float, Field(ge=0)]
-    memory_mb: Annotated[float, Field(ge=0)]
+    cpu: Annotated[float, Field(**inputs.CORES.pydantic())]
+    memory_mb: Annotated[float, Field(**inputs.MEMORY_MB.pydantic())]
     image: str = ""
     class_: Literal["devil", "turtle"] = Field("turtle", alias="class")
     group: str | None = None
     immovable: str | None = None
     ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
     declared: bool = False
+    qos: Literal["ls", "be"] = "ls"
 
 
 class _Snapshot(_Strict):
-    version: int = 0
+    version: Annotated[int, Field(ge=0, le=inputs.ID.hi)] = 0
     taken_at: str | None = None
     nodes: list[_SnapNode] = Field(default_factory=list)
     containers: list[_SnapContainer] = Field(default_factory=list)
@@ -506,14 +608,14 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             )
         containers.append(
             Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
-                      c.immovable, tuple(c.ports), c.declared)
+                      c.immovable, tuple(c.ports), c.declared, qos=QosClass(c.qos))
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:
         try:
-            kwargs["taken_at"] = datetime.fromisoformat(snap.taken_at)
-        except ValueError:
-            raise SnapshotError(f"{label}: taken_at: not an ISO 8601 time") from None
+            kwargs["taken_at"] = inputs.aware_time(snap.taken_at, "taken_at")
+        except PeakpackError as exc:
+            raise SnapshotError(f"{label}: {exc}") from None
     for node in snap.held:
         if node not in known:
             raise SnapshotError(f"{label}: held.{node}: not a node of the inventory")
@@ -529,9 +631,9 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
 def load_snapshot(path: str | os.PathLike[str], inventory: Inventory) -> ClusterSnapshot:
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise SnapshotError(f"--snapshot: cannot read {p}: {exc.strerror}") from None
+        data = json.loads(inputs.read_text(p, "--snapshot"))
+    except PeakpackError as exc:
+        raise SnapshotError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"{p}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
     return parse_snapshot(data, inventory, label=str(p))

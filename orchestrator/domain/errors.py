@@ -59,4 +59,10 @@ class StoreError(PeakpackError):
 
 
 class FencedError(StoreError):
-    """A write by a controller whose lease token is no longer the store's: another one took over."""
+    """A write by a controller whose lease token is no longer the store's: another one took over.
+    `reason` is what happened, for the lease's own log line; the message adds the field and
+    that this process stops."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"--db: {reason}; this one stops")

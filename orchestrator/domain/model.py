@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .budgets import Budgets, Window
+from .qos import QosSettings
 from .settings import MigrationSettings, PlannerSettings
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
@@ -35,6 +36,14 @@ class ContainerClass(StrEnum):
 
     DEVIL = "devil"
     TURTLE = "turtle"
+
+
+class QosClass(StrEnum):
+    """Label `peakpack.qos`: latency-sensitive (the default) or best-effort, which the node's QoS
+    guard restrains first (lowest CPU weight, CPU capped, stopped on memory pressure)."""
+
+    LS = "ls"
+    BE = "be"
 
 
 LOAD_POINTS = tuple(i / 10 for i in range(11))
@@ -101,6 +110,9 @@ class NodeSpec:
     power_managed: bool = True
     ssh: SshConfig | None = None
     bmc: BmcConfig | None = None
+    #: a CPU cap below the cluster's for this node this epoch (its latency-sensitive containers
+    #: stalled: `decide/qos.lowered_caps`); None: the cluster's. Only `capacity.node_cap` reads it
+    cap: float | None = None
 
     @property
     def can_power_off(self) -> bool:
@@ -126,9 +138,26 @@ class ReviewConfig:
 @dataclass(frozen=True)
 class WebConfig:
     """The web page (inventory `[web]`): approving or rejecting a plan there needs the token in
-    `token_file`; without one the page is read-only."""
+    `token_file`; without one the page is read-only. `token_for_reads`: the page itself needs the
+    token too (HTTP basic auth, any user name). `hosts`: the names the page may be reached by,
+    beside its listening address (the Host header is checked: no DNS rebinding)."""
 
     token_file: Path | None = None
+    token_for_reads: bool = False
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How long the store keeps what (inventory `[store]`, in days): raw demand and energy rows
+    `raw_days`, then summed per hour for `hourly_days`; plans with their actions, migrations,
+    power events, pinnings and approvals `history_days`. Each epoch the controller prunes at most
+    `prune_rows` rows per table, so catching up never makes an epoch slow."""
+
+    raw_days: int = 14
+    hourly_days: int = 730
+    history_days: int = 400
+    prune_rows: int = 20000
 
 
 @dataclass(frozen=True)
@@ -144,9 +173,11 @@ class Inventory:
     planner_sources: tuple[tuple[str, str], ...] = ()
     web: WebConfig = field(default_factory=WebConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
     windows: tuple[Window, ...] = ()
     migration: MigrationSettings = field(default_factory=MigrationSettings)  # [migration]
+    qos: QosSettings = field(default_factory=QosSettings)  # [qos]: the node guards' settings (qos.py)
 
     def __post_init__(self) -> None:
         """Settings left at the default caps take the cluster's; caps set on both must agree."""
@@ -187,7 +218,9 @@ class Container:
     `peakpack.cpu` label declares, the fallback until its measured history gives a forecast.
     `refused_on`: (node, reason) for nodes migration preflight would refuse as its target (a
     volume of its name there, another network of one of its names, missing CPU flags or shared
-    paths); observed, so not part of a snapshot file."""
+    paths); observed, so not part of a snapshot file. `qos`: its `peakpack.qos` class;
+    `qos_problem` says what is wrong with that label (the container then counts as
+    latency-sensitive, and `peakpack plan` lists it)."""
 
     name: str
     node: str
@@ -200,6 +233,8 @@ class Container:
     ports: tuple[str, ...] = ()
     declared: bool = False
     refused_on: tuple[tuple[str, str], ...] = ()
+    qos: QosClass = QosClass.LS
+    qos_problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -218,6 +253,8 @@ class Container:
             d["ports"] = list(self.ports)
         if self.declared:
             d["declared"] = True
+        if self.qos is not QosClass.LS:
+            d["qos"] = self.qos.value
         return d
 
 
@@ -350,6 +387,7 @@ __all__ = [
     "NodeSpec",
     "NodeState",
     "PowerCurve",
+    "QosClass",
     "SshConfig",
     "WebConfig",
     "cluster_metrics",

@@ -15,7 +15,10 @@ fenced with the lease token of the process that holds it):
     Journal.demand      DemandRepo      container demand per observation
     Journal.traffic     TrafficRepo     bytes per container pair per conntrack read
     Journal.savings     SavingsRepo     the energy saved: time off, migrations and wakes measured
+    Journal.pressure    PressureRepo    container stall (PSI, run-queue wait) per observation
+    Journal.qos         QosRepo         what the nodes' QoS guards did, and the restarts after
     Journal.lease       LeaseRepo       the controller lease
+    Journal.approvals   ApprovalRepo    plans approved on a web page, for the leader to run
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from .model import ClusterSnapshot
+from .model import ClusterSnapshot, StoreConfig
 from .plan import Action, Plan
 from .records import (
     ActionRecord,
+    ApprovalRecord,
+    ApprovalState,
     DemandRecord,
     EnergyRow,
     EnergySample,
@@ -36,6 +41,9 @@ from .records import (
     MigrationRecord,
     PlanRecord,
     PowerEventRecord,
+    PressureRecord,
+    Pruned,
+    QosEventRecord,
     StepRecord,
     TrafficRead,
     TrafficRecord,
@@ -60,6 +68,10 @@ class NodeOps(Protocol):
     def pin(self, node: str) -> None: ...
 
     def hosts_nothing(self, node: str) -> bool: ...
+
+    def start(self, node: str, container: str) -> None:
+        """Start a stopped container where it is (one its node's QoS guard stopped)."""
+        ...
 
 
 @dataclass
@@ -133,7 +145,7 @@ class PinningRepo(Protocol):
 class PowerRepo(Protocol):
     def begin(self, node: str, action: str, reason: str | None = None) -> int: ...
     def finish(self, event_id: int, state: str, detail: str | None = None) -> None: ...
-    def events(self, since: datetime | None = None) -> list[PowerEventRecord]: ...
+    def events(self, since: datetime | None = None, state: str | None = None) -> list[PowerEventRecord]: ...
     def woken_since(self, since: datetime) -> dict[str, datetime]: ...
     def quarantine(self, node: str, reason: str) -> None: ...
     def clear_quarantine(self, node: str) -> None: ...
@@ -153,7 +165,7 @@ class EnergyRepo(Protocol):
 class DemandRepo(Protocol):
     def add(self, rows: Sequence[DemandRecord]) -> None: ...
     def history(self, container: str | None = None, since: datetime | None = None) -> list[DemandRecord]: ...
-    def latest(self) -> dict[str, DemandRecord]: ...
+    def latest(self, since: datetime | None = None) -> dict[str, DemandRecord]: ...
 
 
 class TrafficRepo(Protocol):
@@ -169,11 +181,47 @@ class SavingsRepo(Protocol):
     def history(self, since: datetime | None = None) -> list[SavingRecord]: ...
 
 
+class PressureRepo(Protocol):
+    def add(self, rows: Sequence[PressureRecord]) -> None: ...
+    def history(self, container: str | None = None, since: datetime | None = None) -> list[PressureRecord]: ...
+    def latest(self, since: datetime | None = None) -> dict[str, PressureRecord]: ...
+
+
+class QosRepo(Protocol):
+    def add(self, events: Sequence[QosEventRecord]) -> int:
+        """Store events not stored yet (by node, log and seq); how many were new."""
+        ...
+
+    def record(self, node: str, kind: str, container: str | None, reason: str) -> None:
+        """An event of the controller's own (log "controller") about a node's guard or container."""
+        ...
+
+    def last_seq(self) -> dict[str, tuple[str, int]]:
+        """node -> (the guard log read last, the newest seq stored of it)."""
+        ...
+
+    def newest_id(self) -> int: ...
+
+    def events(self, since: datetime | None = None, *, after_id: int | None = None,
+               kinds: Sequence[str] = ()) -> list[QosEventRecord]: ...
+
+
 class LeaseRepo(Protocol):
     def acquire(self, owner: str, ttl_s: float, *, replacing: str | None = None) -> int | None: ...
     def renew(self, owner: str, token: int, ttl_s: float) -> bool: ...
     def release(self, owner: str, token: int) -> None: ...
     def holder(self) -> LeaseRecord | None: ...
+    def token(self) -> int | None: ...
+
+
+class ApprovalRepo(Protocol):
+    def request(self, plan_id: int, partial: bool, requested_by: str) -> int: ...
+    def pending(self) -> list[ApprovalRecord]: ...
+    def get(self, approval_id: int) -> ApprovalRecord: ...
+
+    def finish(self, approval_id: int, state: ApprovalState, outcome: str | None, applied_by: str) -> bool:
+        """PENDING -> APPLIED or REFUSED, once (False when another already finished it)."""
+        ...
 
 
 class Journal(Protocol):
@@ -188,7 +236,17 @@ class Journal(Protocol):
     demand: DemandRepo
     traffic: TrafficRepo
     savings: SavingsRepo
+    pressure: PressureRepo
+    qos: QosRepo
     lease: LeaseRepo
+    approvals: ApprovalRepo
 
     def fence(self, token: int | None) -> None: ...
+
+    def check_fence(self) -> None:
+        """FencedError once another controller took the lease of a fenced handle: before an
+        action on a node that no journal write precedes."""
+        ...
+
+    def prune(self, retention: StoreConfig, now: datetime) -> Pruned: ...
     def disruption_since(self, since: datetime) -> tuple[int, int]: ...

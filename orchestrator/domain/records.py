@@ -251,3 +251,90 @@ class TrafficRead(JsonRecord):
     unaccounted: int
     measured: bool
     note: str | None = None
+
+
+class ApprovalState(StrEnum):
+    """A plan approved on a web page: PENDING until the controller that leads took it, then
+    APPLIED (it ran: the plan has its final status) or REFUSED (the outcome says why)."""
+
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+    REFUSED = "REFUSED"
+
+
+@dataclass(frozen=True)
+class ApprovalRecord(JsonRecord):
+    """One approval handed to the leader through the store (`PlanRepo.request_approval`)."""
+
+    id: int
+    plan_id: int
+    partial: bool
+    requested_by: str
+    requested_at: datetime
+    state: ApprovalState
+    outcome: str | None = None
+    applied_by: str | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Pruned(JsonRecord):
+    """What one round of retention did (`Journal.prune`): rows summed into hourly aggregates, and
+    rows removed, per table."""
+
+    aggregated: dict[str, int]
+    removed: dict[str, int]
+
+    def __bool__(self) -> bool:
+        return any(self.aggregated.values()) or any(self.removed.values())
+
+    def summary(self) -> str:
+        parts = [f"{n:,} {t} rows into hours" for t, n in self.aggregated.items() if n]
+        parts += [f"{n:,} {t} rows removed" for t, n in self.removed.items() if n]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class QosEventRecord(JsonRecord):
+    """One thing a node's QoS guard did or saw (table qos_events), or the controller did about it
+    (`log` "controller": a restart of a container the guard stopped). (`node`, `log`, `seq`) is
+    unique: the guard numbers its events per log, so reading them twice stores them once."""
+
+    node: str
+    log: str
+    seq: int
+    at: datetime
+    kind: str       # cpu_suppress, cpu_adjust, cpu_restore, mem_evict, be_weight, bad_label, ...
+    container: str | None = None
+    reason: str | None = None
+    #: the event's other facts (quotas written, cores, memory), as the guard wrote them
+    detail: dict[str, Any] | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class PressureRecord(JsonRecord):
+    """How much one container waited over the interval ending at `at` (table container_pressure):
+    the shares of the interval it was ready but not running (`cpu_stall`: PSI cpu `some`, else
+    `wait`: run-queue wait of its threads) or stalled on memory (PSI memory `some`/`full`); None
+    where not measured. The cumulative counters are kept for the next interval's deltas."""
+
+    at: datetime
+    container: str
+    node: str
+    qos: str                       # ls or be
+    interval_s: float | None
+    cpu_stall: float | None
+    memory_some: float | None
+    memory_full: float | None
+    wait: float | None
+    cpu_some_us: int | None = None
+    memory_some_us: int | None = None
+    memory_full_us: int | None = None
+    wait_ns: int | None = None
+
+    @property
+    def stall(self) -> float | None:
+        """The share of the interval it was ready but not running: PSI when there is, else its
+        run-queue wait."""
+        return self.cpu_stall if self.cpu_stall is not None else self.wait

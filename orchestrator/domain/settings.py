@@ -27,6 +27,23 @@ class ForecastSettings:
 
 
 @dataclass(frozen=True)
+class QosCapSettings:
+    """A lower CPU cap for a node whose latency-sensitive containers stalled (docs/qos.md).
+
+    A node whose most stalled latency-sensitive container was ready but not running (PSI cpu
+    `some`, else run-queue wait) more than `stall_share` of an observed interval plans under a cap
+    `cap_step` lower at the next epoch, one more step for each such interval in a row, down to
+    `min_cap`; after `clear_epochs` clear intervals in a row it gets one step back. Lowered at
+    once, raised slowly: hysteresis, so a node does not flap between two caps.
+    """
+
+    stall_share: float = 0.10
+    cap_step: float = 0.10
+    min_cap: float = 0.40
+    clear_epochs: int = 3
+
+
+@dataclass(frozen=True)
 class PlannerSettings:
     """Everything the planner is told besides the cluster itself (inventory `[planner]`)."""
 
@@ -57,6 +74,8 @@ class PlannerSettings:
     boot_seconds: float = 180.0       # power-on until the node answers SSH
     boot_power_w: float | None = None  # draw while booting; None: the node's max_w
     wake_timeout_seconds: float = 300.0  # a node not answering after this is quarantined
+    #: `[planner.qos]`: the cap of a node whose latency-sensitive containers stalled
+    qos: QosCapSettings = field(default_factory=QosCapSettings)
 
     def off_horizon_s(self, epoch_seconds: float) -> float:
         """How long a node switched off now is expected to stay off: what a boot must pay for."""
@@ -68,10 +87,17 @@ class PlannerSettings:
         return self.forecast.window_seconds
 
     def by_key(self) -> dict[str, Any]:
-        """Every setting by its inventory key (`forecast.window_seconds` for `[planner.forecast]`)."""
-        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "forecast"}
-        flat.update({f"forecast.{f.name}": getattr(self.forecast, f.name) for f in fields(self.forecast)})
+        """Every setting by its inventory key (`forecast.window_seconds` for `[planner.forecast]`,
+        `qos.stall_share` for `[planner.qos]`)."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NESTED}
+        for section in NESTED:
+            value = getattr(self, section)
+            flat.update({f"{section}.{f.name}": getattr(value, f.name) for f in fields(value)})
         return flat
+
+
+#: the sub-tables of `[planner]`, each a settings dataclass of its own
+NESTED = ("forecast", "qos")
 
 
 #: the label that keeps a container out of post-copy (`MigrationSettings.post_copy`)

@@ -20,6 +20,7 @@ from peakpack.power.savings import SavingsRecorder
 
 from ..act.reconcile import finish_unfinished_actions
 from ..domain.errors import PeakpackError, PowerError
+from ..domain.inputs import container_name
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.plan import Action, Plan
 from ..domain.ports import Services
@@ -28,6 +29,9 @@ from ..domain.states import ActionState
 from ..observe.cluster import observe_and_record, observe_node
 from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
+
+#: how long a node switched off may still answer SSH
+POWER_OFF_WAIT_S = 120.0
 
 
 class LiveOps:
@@ -76,8 +80,9 @@ class LiveOps:
         event = self.store.power.begin(node, "power_off", reason)
         try:
             ipmi.switch(self.inventory.node(node), ipmi.Chassis.SOFT)
-            if not self._wait(node, False, 120):
-                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after 120 s")
+            if not self._wait(node, False, POWER_OFF_WAIT_S):
+                raise PowerError(f"node {node}: BMC reports off but the node still answers SSH after "
+                                 f"{POWER_OFF_WAIT_S:g} s")
         except PeakpackError as exc:
             self.store.power.finish(event, "FAILED", str(exc))
             raise
@@ -109,12 +114,17 @@ class LiveOps:
     def hosts_nothing(self, node: str) -> bool:
         return self.shell.run(node, ["docker", "ps", "-q"], timeout=30).stdout.strip() == ""
 
+    def start(self, node: str, container: str) -> None:
+        self.shell.run(node, ["docker", "start", container_name(container)], timeout=120)
 
-def reconcile(inventory: Inventory, store: Store, shell: RemoteShell) -> list[str]:
+
+def reconcile(inventory: Inventory, store: Store, shell: RemoteShell,
+              stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Repair what a crash left ONGOING by looking at the nodes, never assuming success: the
-    migrations first, then the power events, then the plan actions they belonged to."""
+    migrations first, then the power events, then the plan actions they belonged to. Once
+    `stop_requested()` no further migration is settled (the one in progress ends)."""
     lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory),
-                                            inventory.migration))
+                                            settings=inventory.migration, stop_requested=stop_requested))
     lines += reconcile_power_events(store.power, inventory)
     lines += finish_unfinished_actions(store, lambda node: bmc_is_on(inventory, node))
     return lines
@@ -154,7 +164,8 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
         return rows
 
     return Services(
-        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter),
+        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter,
+                                           install_guards=True, log=log),
         ops=LiveOps(inventory, store, shell, log, savings),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,

@@ -7,7 +7,8 @@ the planner never proposes a move onto an observed node that preflight would ref
 is off has no facts until it is woken; preflight still judges it then).
 A container's CPU is what its cgroup's counters measure (stored every observation; the planner
 gets the forecast of that history, `demand`); a `peakpack.cpu` label stands in until the container
-has history, and `peakpack.memory_mb` declares its memory. A node that does
+has history, and `peakpack.memory_mb` declares its memory; `peakpack.qos` its QoS class (a bad
+value: latency-sensitive, and said). A node that does
 not answer SSH is powered off if its BMC says so; a node that should be on but cannot be observed is
 held: the plan neither moves containers onto or off it nor switches it, and the rest of the
 cluster is planned (and woken) as usual."""
@@ -18,11 +19,12 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from peakpack.migrate import spec
 
 from ..decide.demand import COUNTER, SAMPLE, cores_between
+from ..domain import inputs
 from ..domain.errors import HostKeyError, NodeError
 from ..domain.model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
 from ..domain.ports import Journal
@@ -30,6 +32,7 @@ from ..domain.records import DemandRecord
 from ..remote import SshPool
 from ..remote.shell import RemoteShell
 from .conntrack import NodeNet
+from .qos import qos_of, record_qos
 from .traffic import READ_SCRIPT, NodeTraffic, TrafficMeter, parse_read
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
@@ -129,7 +132,10 @@ def parse_inspect(node: str, inspect_json: str) -> list[spec.Inspect]:
 
 def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usage]) -> list[Container]:
     """The running containers of `parse_inspect`'s documents; `declared` marks those whose CPU a
-    `peakpack.cpu` label gives."""
+    `peakpack.cpu` label gives. Labels are checked (`inputs.container_labels`): a container with a
+    bad one is planned as immovable with the reason (its node stays as it is) and the epoch goes
+    on. Its memory is what its label declares or what it uses, whichever is more: a label that
+    understates it must not let the planner overpack its node."""
     try:
         why_not = spec.immovable(items)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -140,19 +146,19 @@ def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usa
             if not d["State"]["Running"]:
                 continue
             name = d["Name"].lstrip("/")
-            labels = d["Config"].get("Labels") or {}
+            declared = inputs.container_labels(d["Config"].get("Labels") or {})
             used = usage.get(name)
             measured_cpu = (used.sample_cores or 0.0) if used else 0.0
             measured_mem = used.memory_mb if used else 0.0
-            cls = labels.get("peakpack.class", "turtle")
-            if cls not in ("devil", "turtle"):
-                raise NodeError(node, f"container {name}: label peakpack.class={cls!r}; use devil or turtle")
+            why = "; ".join([*declared.problems, *filter(None, [why_not.get(name)])]) or None
+            qos, qos_problem = qos_of(d["Config"].get("Labels") or {})
             result.append(Container(
                 name=name, node=node,
-                cpu=float(labels.get("peakpack.cpu", measured_cpu)),
-                memory_mb=float(labels.get("peakpack.memory_mb", measured_mem)),
-                image=d["Config"]["Image"], cls=ContainerClass(cls), group=labels.get("peakpack.group"),
-                immovable=why_not.get(name), ports=spec.published_ports(d), declared="peakpack.cpu" in labels,
+                cpu=declared.cpu if declared.cpu is not None else measured_cpu,
+                memory_mb=max(declared.memory_mb or 0.0, measured_mem),
+                image=d["Config"]["Image"], cls=ContainerClass(declared.cls), group=declared.group,
+                immovable=why, ports=spec.published_ports(d), declared=declared.cpu is not None,
+                qos=qos, qos_problem=qos_problem,
             ))
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
@@ -293,15 +299,31 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
     return rows
 
 
+#: a container's previous demand row is looked for this many epochs back (an index range of the
+#: store, not its whole history); one not seen for longer gets a one-second sample again
+PREVIOUS_EPOCHS = 3
+
+
 def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
-                       bmc_power: PowerProbe, meter: TrafficMeter | None = None) -> ClusterSnapshot:
-    """`observe_cluster`, storing every container's demand since its previous row and, with a
-    `meter`, the traffic between containers since the previous read."""
-    snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None)
-    store.demand.add(demand_records(usage, store.demand.latest(), snapshot.taken_at))
-    if meter is not None:
-        measured = meter.measure(reads, snapshot.taken_at)
-        store.traffic.add(measured.reads, measured.pairs)
+                       bmc_power: PowerProbe, meter: TrafficMeter | None = None, install_guards: bool = False,
+                       log: Callable[[str], None] = lambda _: None) -> ClusterSnapshot:
+    """`observe_cluster`, storing every container's demand since its previous row, its stall, what
+    the nodes' QoS guards did (`qos.record_qos`; `install_guards`: and install or update a guard
+    where it is missing or outdated) and, with a `meter`, the traffic between containers since the
+    previous read."""
+    own = shell is None
+    shell = shell or RemoteShell(inventory)
+    try:
+        snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None)
+        recent = snapshot.taken_at - timedelta(seconds=PREVIOUS_EPOCHS * inventory.cluster.epoch_seconds)
+        store.demand.add(demand_records(usage, store.demand.latest(since=recent), snapshot.taken_at))
+        if meter is not None:
+            measured = meter.measure(reads, snapshot.taken_at)
+            store.traffic.add(measured.reads, measured.pairs)
+        record_qos(inventory, store, shell.pool, shell.call, snapshot, install=install_guards, log=log, recent=recent)
+    finally:
+        if own:
+            shell.close()
     return snapshot
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..domain.errors import PeakpackError
+from ..domain.inputs import read_text
 from ..domain.model import PowerCurve
 
 G4 = PowerCurve((86, 89.4, 92.6, 96, 99.5, 102, 106, 108, 112, 114, 117))
@@ -65,11 +66,11 @@ def read_traces(folder: Path) -> tuple[tuple[str, ...], np.ndarray]:
     rows = []
     for f in files:
         try:
-            values = [int(line) for line in f.read_text().split()]
+            values = [int(line) for line in read_text(f, "--trace").split()]
         except ValueError:
             raise PeakpackError(f"--trace: {f} is not a PlanetLab trace (one integer percentage per line)") from None
-        if not values or min(values) < 0:
-            raise PeakpackError(f"--trace: {f} has no values or negative ones")
+        if not values or min(values) < 0 or max(values) > 100:
+            raise PeakpackError(f"--trace: {f} has no values, or values outside 0..100 (percent)")
         rows.append(values)
     steps = min(len(r) for r in rows)
     return tuple(f.name for f in files), np.array([r[:steps] for r in rows], dtype=float) / 100.0

@@ -12,28 +12,19 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from peakpack.lab import Lab
 from peakpack.lab.node import docker, powered, start_node
+from tests.support.labs import lab_up
 
 
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root (network namespaces, dockerd)")
-    folder = Path(tempfile.mkdtemp(prefix="peakpack-lab-"))
-    lab = Lab(folder)
-    lab.up(nodes=3, cpus=2, log=lambda _: None)
-    try:
+    with lab_up(nodes=3, cpus=2) as lab:
         yield lab
-    finally:
-        lab.down(log=lambda _: None)
 
 
 @pytest.fixture()

@@ -35,6 +35,10 @@ class LabHarness:
                                     "sleep", "100000"])
         assert proc.returncode == 0, proc.stderr
 
+    def stop(self, container: str, node: str) -> None:
+        proc = self.lab.exec(node, ["docker", "stop", "-t", "0", container])
+        assert proc.returncode == 0, proc.stderr
+
     def running_on(self, container: str) -> list[str]:
         return [n.name for n in self.lab.layout.nodes if powered(n) and self.lab.exec(
             n.name, ["docker", "ps", "-q", "--filter", f"name=^{container}$"]).stdout.strip()]
@@ -52,6 +56,7 @@ def test_live_node_ops_keep_the_contract(clean_lab: Lab, tmp_path: Path) -> None
         try:
             h = LabHarness(clean_lab, services.ops, store)
             contract.hosts_nothing_follows_containers(h, "node-1", "contract-c1")
+            contract.a_stopped_container_starts_again_where_it_was(h, "node-1", "contract-c1")
             contract.pinning_a_busy_node_works(h, "node-1")
             contract.nothing_migrates_once_stopping(h, "contract-c1", "node-1", "node-2")
             contract.migrating_from_the_wrong_source_is_skipped(h, "contract-c1", "node-2", "node-3")

@@ -23,6 +23,7 @@ class FakeWorld:
 
     powered: set[str] = field(default_factory=set)
     running: dict[str, str] = field(default_factory=dict)  # container -> the node it runs on
+    stopped: dict[str, str] = field(default_factory=dict)  # container -> the node it is stopped on
 
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot) -> FakeWorld:
@@ -118,6 +119,14 @@ class FakeNodeOps:
         if node in self.unreachable or node not in self.world.powered:
             raise NodeError(node, "SSH connection refused")
         return node not in self.busy_nodes and not self.world.on(node)
+
+    def start(self, node: str, container: str) -> None:
+        self.calls.append(("start", container))
+        if node in self.unreachable or node not in self.world.powered:
+            raise NodeError(node, "SSH connection refused")
+        if self.world.stopped.get(container) != node:
+            raise NodeError(node, f"`docker start {container}` failed: No such container: {container}")
+        self.world.running[container] = self.world.stopped.pop(container)
 
 
 def fake_services(journal: Journal, snapshot: ClusterSnapshot, reconciled: Sequence[str] = (),

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import pytest
+
+from peakpack.orchestrator.domain.errors import PeakpackError
 from peakpack.orchestrator.domain.model import ClusterMetrics, ClusterSnapshot
 from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
 from peakpack.orchestrator.domain.ports import Journal, NodeOps
@@ -25,6 +28,10 @@ class Harness(Protocol):
 
     def start(self, container: str, node: str) -> None:
         """Run a small container called `container` on `node`."""
+        ...
+
+    def stop(self, container: str, node: str) -> None:
+        """Stop `container` on `node` (as a node's QoS guard does); it stays there, stopped."""
         ...
 
     def running_on(self, container: str) -> list[str]:
@@ -71,6 +78,18 @@ def hosts_nothing_follows_containers(h: Harness, node: str, container: str) -> N
     assert h.ops.hosts_nothing(node)
     h.start(container, node)
     assert not h.ops.hosts_nothing(node)
+
+
+def a_stopped_container_starts_again_where_it_was(h: Harness, node: str, container: str) -> None:
+    """A container stopped on a node (by its QoS guard) starts again there; one the node does not
+    have fails with a PeakpackError naming the node. Leaves `container` running on `node`."""
+    assert h.running_on(container) == [node]
+    h.stop(container, node)
+    assert h.running_on(container) == []
+    h.ops.start(node, container)
+    assert h.running_on(container) == [node]
+    with pytest.raises(PeakpackError, match=node):
+        h.ops.start(node, "never-made")
 
 
 def pinning_a_busy_node_works(h: Harness, node: str) -> None:

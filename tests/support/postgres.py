@@ -60,3 +60,19 @@ def drop_schema(store: Store) -> None:
     Base.metadata.drop_all(store.engine)
     with store.engine.begin() as c:
         c.exec_driver_sql("DROP TABLE alembic_version")
+
+
+def server_pids(url: str) -> list[int]:
+    """The processes of the server behind `url` (a `postgres_server` URL): the postmaster, from its
+    pid file, and its children (the backends); to stop and resume it (SIGSTOP/SIGCONT)."""
+    sock = Path(url.rpartition("host=")[2])
+    postmaster = int((sock.parent / "data" / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            children.append(int(stat.parent.name))
+    return [postmaster, *children]

@@ -50,7 +50,7 @@ def test_show_then_refusals_then_reject(tmp_path: Path) -> None:
 
     refused(run("plan", "show", "999", db=db, check=False), "PLAN_ID: no plan 999 in this store")
     refused(run("apply", "999", "--inventory", str(DEMO), db=db, check=False), "PLAN_ID: no plan 999 in this store")
-    refused(run("apply", str(pid), db=db, check=False), "--inventory: give the inventory the plan was made with")
+    refused(run("apply", str(pid), db=db, check=False), "Missing option '--inventory'")
     refused(run("apply", str(pid), "--inventory", str(REPO / "inventory" / "example.toml"), db=db, check=False),
             f"--inventory: plan {pid} was made for another inventory")
 

@@ -27,7 +27,7 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     proc = run("plan", "--json", "--time-limit", "5", db=db)
     plan = json.loads(proc.stdout)
     assert set(plan) == {"plan_id", "dry_run", "policy", "actions", "before", "after", "solver", "immovable", "held",
-                         "status", "expires_at", "prediction"}
+                         "status", "expires_at", "prediction", "qos", "lowered_caps"}
     assert plan["status"] == "RECOMMENDED"
     assert plan["held"] == {}
     assert plan["immovable"] == []  # the demo's containers can all move
@@ -77,7 +77,7 @@ def test_bad_inventory_is_one_line_without_traceback(tmp_path: Path) -> None:
                db=tmp_path / "pp.db", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
-    assert "nodes[1].cpus: must be > 0" in proc.stderr and "Traceback" not in proc.stderr
+    assert "nodes[1].cpus: must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "pp.db").exists() or json.loads(
         run("history", "plans", "--json", db=tmp_path / "pp.db").stdout) == []
 
@@ -86,8 +86,10 @@ def test_bad_flags_fail_cleanly(tmp_path: Path) -> None:
     db = tmp_path / "pp.db"
     proc = run("history", "plans", "--since", "yesterday", db=db, check=False)
     assert proc.returncode == 2 and "--since" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run("plan", "--snapshot", "x.json", db=db, check=False)
+    proc = run("plan", "--snapshot", str(REPO / "inventory" / "demo-snapshot.json"), db=db, check=False)
     assert proc.returncode == 2 and "--inventory" in proc.stderr
+    proc = run("plan", "--snapshot", "x.json", db=db, check=False)
+    assert proc.returncode == 2 and "--snapshot" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_serve_dry_run_plans_each_epoch_and_stops_on_sigterm(tmp_path: Path) -> None:

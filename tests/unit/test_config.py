@@ -65,8 +65,8 @@ def test_good_inventory_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("cpus = 16", "cpus = 0", "nodes[0].cpus: must be > 0"),
-        ("memory_mb = 32768", "memory_mb = -1", "nodes[1].memory_mb: must be > 0"),
+        ("cpus = 16", "cpus = 0", "nodes[0].cpus: must be >= 1"),
+        ("memory_mb = 32768", "memory_mb = -1", "nodes[1].memory_mb: must be >= 1"),
         ("cap = 0.70", "cap = 1.5", "cluster.cap: must be <= 1"),
         ("cap = 0.70", "cap = 0", "cluster.cap: must be > 0"),
         ("memory_cap = 0.95", "memory_cap = 0", "cluster.memory_cap: must be > 0"),

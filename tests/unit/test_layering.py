@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: folder -> its module prefix in the `peakpack` namespace (pyproject.toml's package-dir)
 PACKAGE_DIRS = {"peakpack": "peakpack", "orchestrator": "peakpack.orchestrator", "migrate": "peakpack.migrate",
                 "power": "peakpack.power", "db": "peakpack.db", "lab": "peakpack.lab",
-                "inventory": "peakpack.inventory"}
+                "inventory": "peakpack.inventory", "qos": "peakpack.qos"}
 
 #: the stages, lowest first: a folder may import only its own modules and those of the folders
 #: listed for it, all of which sit on a lower layer (docs/architecture.md, "The folders")
@@ -31,11 +31,15 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "orchestrator/simulate": (2, ("orchestrator/domain", "orchestrator/decide")),
     "migrate": (2, ("orchestrator/domain", "orchestrator/remote")),
     "power": (2, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote")),
-    "orchestrator/observe": (3, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "migrate")),
+    # the nodes' QoS guard (guard.py runs on the nodes and imports nothing of peakpack: checked in
+    # tests/unit/test_qos_guard.py) and how it is installed and read over SSH
+    "qos": (2, ("orchestrator/domain", "orchestrator/remote")),
+    "orchestrator/observe": (3, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "migrate",
+                                 "qos")),
     "orchestrator/act": (3, ("orchestrator/domain", "orchestrator/decide")),
     "orchestrator/faces": (4, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "db", "lab",
-                               "inventory", "orchestrator/simulate", "migrate", "power", "orchestrator/observe",
-                               "orchestrator/act")),
+                               "inventory", "orchestrator/simulate", "migrate", "power", "qos",
+                               "orchestrator/observe", "orchestrator/act")),
     "peakpack": (5, ("orchestrator/faces",)),
 }
 #: the pure core: data in, data out; nothing here may reach a node, a database or a process

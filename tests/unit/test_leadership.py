@@ -8,6 +8,7 @@ import io
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ from peakpack.orchestrator.domain.errors import FencedError, StoreError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.ports import Services
 from tests.support.fakes import fake_services
-from tests.support.postgres import drop_schema
+from tests.support.postgres import drop_schema, server_pids
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 1.0  # seconds: renewal every 1/3 s
@@ -322,3 +323,50 @@ def test_manual_migrate_and_pin_take_the_lease_and_give_it_back(tmp_path: Path) 
         failed = run("pin", "node-1")  # takes the lease, then fails on the (absent) node
         assert failed.returncode == 2 and "locked" not in failed.stderr
         assert store.lease.holder() is None and store.lease.acquire("next", 60) == token + 2  # pin held token + 1
+
+
+def test_a_postgresql_lease_is_lost_within_its_ttl_when_the_database_stops_answering(pg_url: str) -> None:
+    """The server hangs (SIGSTOP: no answer, no error, not even its own timeouts): the leader must
+    count its lease lost by the clock, within one ttl of its last renewal, and stop acting; a
+    renewal stuck on the socket must not keep it leading (it used to: forever)."""
+    ttl = 2.0
+    with Store.open(pg_url) as store:
+        lease = Lease(store, ttl)
+        lease.acquire()
+        time.sleep(ttl / 2)  # renewing
+        pids = server_pids(pg_url)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            assert lease.lost.wait(2 * ttl)
+            assert time.monotonic() - stopped <= ttl * 1.1, time.monotonic() - stopped
+            with pytest.raises(FencedError, match="lease lost: not renewed for 2 s"):
+                lease.check()
+            released = time.monotonic()
+            lease.release()  # bounded too: the database still does not answer
+            assert time.monotonic() - released <= 1.2 * ttl
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_a_sqlite_lease_is_lost_within_its_ttl_while_another_writer_holds_the_lock(tmp_path: Path) -> None:
+    """Another writer holds the database's lock (a long transaction, a stalled disk): the renewal
+    waits; the lease is lost within one ttl, not after SQLite's 10 s busy timeout."""
+    ttl = 2.0
+    url = f"sqlite:///{tmp_path / 'pp.db'}"
+    with Store.open(url) as store:
+        lease = Lease(store, ttl)
+        lease.acquire()
+        time.sleep(ttl / 2)
+        blocker = sqlite3.connect(tmp_path / "pp.db", timeout=0, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # the write lock, held
+        locked = time.monotonic()
+        try:
+            assert lease.lost.wait(2 * ttl)
+            assert time.monotonic() - locked <= ttl * 1.1, time.monotonic() - locked
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        lease.release()

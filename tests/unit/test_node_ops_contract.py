@@ -24,6 +24,10 @@ class FakeHarness:
         assert node in self.ops.world.powered
         self.ops.world.running[container] = node
 
+    def stop(self, container: str, node: str) -> None:
+        assert self.ops.world.running.pop(container) == node
+        self.ops.world.stopped[container] = node
+
     def running_on(self, container: str) -> list[str]:
         node = self.ops.world.running.get(container)
         return [] if node is None else [node]
@@ -44,6 +48,11 @@ def h(tmp_path: Path) -> Iterator[FakeHarness]:
 
 def test_hosts_nothing_follows_containers(h: FakeHarness) -> None:
     contract.hosts_nothing_follows_containers(h, "node-1", "c1")
+
+
+def test_a_stopped_container_starts_again_where_it_was(h: FakeHarness) -> None:
+    h.start("c1", "node-1")
+    contract.a_stopped_container_starts_again_where_it_was(h, "node-1", "c1")
 
 
 def test_pinning_a_busy_node_works(h: FakeHarness) -> None:

@@ -158,8 +158,9 @@ def test_energy_of_a_plan_approved_on_the_web_page_is_counted(store: Store) -> N
     plan = controller.run_epoch()  # RECOMMENDED: sampled once, before planning
     value = controller.metrics.registry.get_sample_value
     assert value("peakpack_energy_joules_total", {"node": "node-1", "source": "rapl"}) == 1500.0
-    result = controller.apply_stored(plan.plan_id or 0, partial=False, decided_by="web")  # samples twice more
-    assert result.status is PlanStatus.APPLIED
+    store.approvals.request(plan.plan_id or 0, False, "web:ana")  # what a page hands to the leader
+    controller.run_approved()  # between epochs: samples twice more
+    assert store.plans.get(plan.plan_id or 0).status is PlanStatus.APPLIED
     assert value("peakpack_energy_joules_total", {"node": "node-1", "source": "rapl"}) == 4500.0
     controller.finish()
 

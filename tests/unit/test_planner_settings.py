@@ -1,5 +1,6 @@
 """`[planner]` in the inventory: one PlannerSettings, older keys still accepted, conflicts refused,
-and `peakpack config show` says where every value came from."""
+and `peakpack config show` says where every value came from; `[planner.qos]` and the guards' `[qos]`
+likewise."""
 
 from __future__ import annotations
 
@@ -94,3 +95,27 @@ def test_config_show_prints_every_setting_with_its_source(tmp_path: Path) -> Non
     assert set(settings) == set(PlannerSettings().by_key())
     assert settings["time_limit_s"] == {"value": 1.5, "source": "inventory [planner].time_limit_s"}
     assert settings["workers"] == {"value": None, "source": "default"}
+
+
+def test_qos_sections_override_the_defaults_key_by_key(tmp_path: Path) -> None:
+    inv = load_inventory(inventory(tmp_path, "[qos]\ncpu_watermark = 0.75\nmemory_watermark = 0.15\ninstall = false\n"
+                              "[planner.qos]\nstall_share = 0.2\nclear_epochs = 5\n"))
+    assert (inv.qos.guard.cpu_watermark, inv.qos.guard.memory_watermark, inv.qos.install) == (0.75, 0.15, False)
+    assert inv.qos.guard.be_share == 0.65 and inv.qos.restarts_per_hour == 3
+    assert (inv.planner.qos.stall_share, inv.planner.qos.clear_epochs, inv.planner.qos.cap_step) == (0.2, 5, 0.1)
+    assert dict(inv.planner_sources)["qos.stall_share"] == "inventory [planner.qos].stall_share"
+    assert dict(inv.planner_sources)["qos.cap_step"] == "default"
+
+
+@pytest.mark.parametrize("sections, line", [
+    ('[qos]\ncpu_watermark = "80%"\n', "qos.cpu_watermark: '80%' is text; write a number, e.g. cpu_watermark = 0.8 "
+                                       "for 80%"),
+    ("[qos]\nmemory_watermark = 1.5\n", "qos.memory_watermark: must be <= 0.9"),
+    ("[qos]\nstall_watermark = -0.1\n", "qos.stall_watermark: must be >= 0.001"),
+    ("[qos]\nmemory_watermak = 0.1\n", "qos.memory_watermak: unknown key; remove it or check its spelling"),
+    ("[planner]\ncap = 0.6\n[planner.qos]\nmin_cap = 0.65\n",
+     "planner: qos.min_cap 0.65 is above cap 0.6; a lowered cap must be lower"),
+    ("[planner.qos]\nstall_share = 0\n", "planner.qos.stall_share: must be > 0.0"),
+])
+def test_a_malformed_qos_key_is_one_line_naming_it_and_the_fix(tmp_path: Path, sections: str, line: str) -> None:
+    assert error_of(tmp_path, sections).split(": ", 1)[1] == line

@@ -76,7 +76,8 @@ def test_install_writes_a_sandboxed_unit_and_makes_the_files_private(tmp_path: P
     unit = (root / "etc/systemd/system/peakpack.service").read_text()
     lines = set(unit.splitlines())
     assert {
-        "Restart=on-failure",
+        "Restart=always",
+        "KillMode=mixed",
         f"User={ME.pw_name}",
         f"Group={grp.getgrgid(ME.pw_gid).gr_name}",
         "NoNewPrivileges=yes",
@@ -84,8 +85,12 @@ def test_install_writes_a_sandboxed_unit_and_makes_the_files_private(tmp_path: P
         "PrivateTmp=yes",
         "ReadWritePaths=/var/lib/peakpack",
         "CapabilityBoundingSet=",
-        "Environment=PEAKPACK_DB=sqlite:////var/lib/peakpack/peakpack.db",
+        "EnvironmentFile=/etc/peakpack/peakpack.env",
     } <= lines
+    env = root / "etc/peakpack/peakpack.env"
+    assert env.read_text() == 'PEAKPACK_DB="sqlite:////var/lib/peakpack/peakpack.db"\n'
+    assert mode(env) == 0o600 and env.stat().st_uid == 0
+    assert mode(inv.parent / "keys/known_hosts") == 0o644  # pinned keys: nobody but their owner writes them
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert exec_start.endswith(f"serve --inventory {inv} --metrics-port 9464")
     assert Path(exec_start.removeprefix("ExecStart=").split()[0]).exists()
@@ -123,7 +128,7 @@ def test_dry_run_prints_the_unit_and_changes_nothing(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path / "inv")
     proc = install("--inventory", str(inv), "--user", ME.pw_name, "--prefix", str(tmp_path / "root"), "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "Restart=on-failure" in proc.stdout and "would do:" in proc.stdout
+    assert "Restart=always" in proc.stdout and "would do:" in proc.stdout
     assert not (tmp_path / "root").exists() and mode(inv) == 0o644
 
 
@@ -138,3 +143,48 @@ def test_files_the_user_cannot_reach_are_refused_before_anything_changes() -> No
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
         assert f"{top / 'closed'} is closed to it" in proc.stderr
         assert not (top / "root").exists() and inv.stat().st_uid == 0 and mode(inv) == 0o644
+
+
+def unit_lines(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_the_stop_timeout_outlasts_the_longest_step_of_the_code() -> None:
+    from peakpack.migrate.copy import COPY_TIMEOUT_S
+    from peakpack.migrate.transaction import CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S
+    from peakpack.orchestrator.domain.config import demo_inventory
+    from peakpack.orchestrator.faces.cli.service import longest_step_s, stop_timeout_s
+    from peakpack.orchestrator.faces.wiring import POWER_OFF_WAIT_S
+
+    inv = demo_inventory()
+    steps = (COPY_TIMEOUT_S, CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S, POWER_OFF_WAIT_S,
+             inv.planner.wake_timeout_seconds)
+    assert longest_step_s(inv) == max(steps) and stop_timeout_s(inv) > max(steps)
+
+
+@as_root
+def test_a_password_stays_out_of_the_unit_and_odd_paths_are_escaped_for_systemd(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path / "my inv 100%")
+    root = tmp_path / "root"
+    secret = "postgresql://pp:s3cr%t\"pw@db.example/peakpack"
+    proc = install("--inventory", str(inv), "--user", ME.pw_name, "--prefix", str(root), "--db", secret)
+    assert proc.returncode == 0, proc.stderr
+    unit = (root / "etc/systemd/system/peakpack.service").read_text()
+    assert "s3cr" not in unit and "s3cr" not in proc.stdout
+    env = root / "etc/peakpack/peakpack.env"
+    assert env.read_text() == 'PEAKPACK_DB="postgresql://pp:s3cr%t\\"pw@db.example/peakpack"\n' and mode(env) == 0o600
+    exec_start = unit_lines(unit)["ExecStart"]
+    assert f'"{inv}"'.replace("%", "%%") in exec_start  # quoted (a space) and % doubled (a specifier)
+    assert int(unit_lines(unit)["TimeoutStopSec"]) > 1800
+    if shutil.which("systemd-analyze"):
+        check = subprocess.run(["systemd-analyze", "verify", str(root / "etc/systemd/system/peakpack.service")],
+                               capture_output=True, text=True)
+        assert "ExecStart" not in check.stderr, check.stderr
+
+
+def test_pinned_host_keys_others_may_write_are_refused(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path / "inv")
+    (inv.parent / "keys/known_hosts").chmod(0o666)
+    proc = install("--inventory", str(inv), "--user", ME.pw_name, "--prefix", str(tmp_path / "root"), "--dry-run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "known_hosts" in proc.stderr and "chmod go-w" in proc.stderr

@@ -14,16 +14,21 @@ import pytest
 
 import peakpack.db.repos
 from peakpack.db.connect import _head_revision
+from peakpack.db.schema import PinningRow
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, PeakpackError, StoreError
 from peakpack.orchestrator.domain.inputs import parse_duration
+from peakpack.orchestrator.domain.model import StoreConfig
 from peakpack.orchestrator.domain.records import (
+    ApprovalState,
     DemandRecord,
     EnergyRow,
     EnergySample,
     PeerKind,
+    PressureRecord,
+    QosEventRecord,
     TrafficRead,
     TrafficRecord,
 )
@@ -225,6 +230,14 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
             "traffic.add": lambda: old.traffic.add([TrafficRead(t0, "node-1", None, 0, 0, True)], []),
             "savings.add": lambda: old.savings.add(SavingRecord(SavingKind.OFF, "node-3", None, t0)),
             "savings.close": lambda: old.savings.close(1, t0),
+            "approvals.request": lambda: old.approvals.request(plan_id, False, "web:ana"),
+            "approvals.finish": lambda: old.approvals.finish(1, ApprovalState.APPLIED, "APPLIED", "old"),
+            "retention._sum_hours": lambda: old.prune(StoreConfig(raw_days=1), t0 + timedelta(days=800)),
+            "retention._remove": lambda: old._retention._remove(PinningRow, PinningRow.at < t0, 10),
+            "pressure.add": lambda: old.pressure.add([PressureRecord(t0, "web-1", "node-1", "ls", 60.0, 0.1, 0.0,
+                                                                     0.0, None, 10**6, 0, 0, None)]),
+            "qos.add": lambda: old.qos.add([QosEventRecord("node-1", "a1b2", 1, t0, "cpu_suppress")]),
+            "qos.record": lambda: old.qos.record("node-1", "be_restart", "batch-1", "room again"),
         }
         assert set(writes) == writes_of_the_store(), "every write of the store is tried here"
         for write in writes.values():
@@ -240,7 +253,7 @@ def test_a_stale_holder_is_fenced_on_every_kind_of_write(store: Store) -> None:
         assert old.pinning.history() == [] and old.power.quarantined() == {} and old.power.idle_since("node-3") is None
         assert [p.state for p in old.power.events()] == ["ONGOING"]
         assert old.energy.samples("node-1", "rapl") == [] and old.energy.history() == []
-        assert old.demand.history() == []
+        assert old.demand.history() == [] and old.pressure.history() == [] and old.qos.events() == []
     store.plans.set_action_state(action, ActionState.FAILED, "taken over")  # the new leader writes
     store.fence(None)
     with Store.open(url_of(store)) as unfenced:  # e.g. `peakpack power clear`: writes as before

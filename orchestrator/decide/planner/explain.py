@@ -14,6 +14,9 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
   other node; apart from the container it talks to most, joining which would cost more than the
   traffic saves or does not fit ("stays: joining db-1 would cost more than its 12 MB/s saves");
   otherwise moving it would cost more than it saves.
+
+A container on a node that plans under a lowered cap (its latency-sensitive containers stalled,
+`decide/qos.py`) gets that cap and why appended, moving or staying.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from ...domain.capacity import node_capacity, over_cap_nodes, within
+from ...domain.capacity import node_cap, node_capacity, over_cap_nodes, within
 from ...domain.model import ClusterSnapshot, Container, Inventory, node_loads
 from ...domain.plan import ActionKind, Plan
 from .graph import MB
@@ -68,23 +71,26 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
             joined = next(((rate, b) for rate, b in talks.get(c.name, ())
                            if before.get(b) != c.node and after.get(b) == after[c.name]), None)
             if c.node in over:
-                why = f"{c.node} is over the {problem.cpu_cap:.0%} CPU cap or its memory cap"
+                cap = node_cap(inv.node(c.node), problem.cpu_cap)
+                why = f"{c.node} is over its {cap:.0%} CPU cap or its memory cap"
             elif c.node in switched_off:
                 why = (f"empties {c.node}, which is switched off: saves {draws[c.node]:.0f} W "
                        "(power model, its draw now)")
             elif joined is not None:
-                lines[c.name] = f"moves to join {joined[1]} ({mb_per_s(joined[0])}): {route}"
-                continue
+                why = ""
             else:
                 why = "lowers the objective (devils sharing a node, a group spread out, or power)"
-            lines[c.name] = f"moves {route}: {why}"
-            continue
-        why = _why_stays(problem, c, len(plan.migrations), power_offs, staying[c.node])
-        apart = next(((rate, b) for rate, b in talks.get(c.name, ()) if after.get(b) != c.node), None)
-        if why is None and apart is not None:
-            lines[c.name] = _stays_apart(problem, c, after, *apart)
+            lines[c.name] = (f"moves {route}: {why}" if why or joined is None
+                             else f"moves to join {joined[1]} ({mb_per_s(joined[0])}): {route}")
         else:
-            lines[c.name] = f"stays on {c.node}: " + (why or _not_worth(problem, c))
+            why = _why_stays(problem, c, len(plan.migrations), power_offs, staying[c.node])
+            apart = next(((rate, b) for rate, b in talks.get(c.name, ()) if after.get(b) != c.node), None)
+            if why is None and apart is not None:
+                lines[c.name] = _stays_apart(problem, c, after, *apart)
+            else:
+                lines[c.name] = f"stays on {c.node}: " + (why or _not_worth(problem, c))
+        if c.node in problem.lowered_caps:
+            lines[c.name] += f" ({c.node}: {problem.lowered_caps[c.node]})"
     return lines
 
 

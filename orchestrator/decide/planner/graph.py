@@ -17,6 +17,14 @@ import numpy as np
 MB = 1e6
 
 
+def flat_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges [starts[i], starts[i] + counts[i]) laid end to end: for each entry, which range
+    (i) it is from, and its index. How CSR rows of many containers (or nodes) are read at once."""
+    row = np.repeat(np.arange(len(starts)), counts)
+    idx = np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return row, idx
+
+
 @dataclass(frozen=True)
 class TrafficGraph:
     a: np.ndarray  # int (E,): one end of each edge (container index), a < b
@@ -62,6 +70,13 @@ class TrafficGraph:
         """Container c's neighbours and the edges to them."""
         s, e = self.ptr[c], self.ptr[c + 1]
         return self.nbr[s:e], self.eid[s:e]
+
+    def gather(self, containers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs of each of `containers` at once (CSR rows concatenated): for every entry,
+        which of `containers` it belongs to (its position), the neighbour, and the edge."""
+        starts = self.ptr[containers]
+        row, idx = flat_ranges(starts, self.ptr[containers + 1] - starts)
+        return row, self.nbr[idx], self.eid[idx]
 
     def touching(self, containers: np.ndarray) -> np.ndarray:
         """Indices of the edges with at least one end in `containers`, each once."""

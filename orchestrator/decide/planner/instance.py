@@ -58,7 +58,8 @@ class Instance:
         powered = snap.powered()
         cpus = np.array([float(s.cpus) for s in specs])
         memory_mb = np.array([float(s.memory_mb) for s in specs])
-        cpu_cap, mem_cap = capacity.capacity(cpus, memory_mb, cap, inv.cluster.memory_cap)
+        caps = np.array([capacity.node_cap(s, cap) for s in specs])
+        cpu_cap, mem_cap = capacity.capacity(cpus, memory_mb, caps, inv.cluster.memory_cap)
         watts = np.array([s.power.watts for s in specs], dtype=float).reshape(len(specs), 11)
         watts += (w.off_epochs - 1.0) * watts[:, :1]  # the objective's idle price (Weights)
         initially_on = np.array([s.name in powered for s in specs], dtype=bool)
@@ -69,7 +70,7 @@ class Instance:
         types: dict[tuple, int] = {}
         node_type = np.array(
             [
-                types.setdefault((s.cpus, s.memory_mb, s.power.watts, s.can_power_off), len(types))
+                types.setdefault((s.cpus, s.memory_mb, s.power.watts, s.can_power_off, s.cap), len(types))
                 for s in specs
             ],
             dtype=np.int64,
@@ -164,6 +165,28 @@ class Instance:
         """Bool mask of nodes container `c` may run on (usable and eligible)."""
         mask = self.eligible.get(c)
         return self.usable if mask is None else self.usable & mask
+
+    def allowed_at(self, cs: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Whether each container cs[i] may run on nodes[i] (`allowed`, row by row)."""
+        ok = self.usable[nodes].copy()
+        if self.eligible:
+            for i in np.flatnonzero(self.restricted[cs]).tolist():
+                ok[i] &= bool(self.eligible[int(cs[i])][nodes[i]])
+        return ok
+
+    @cached_property
+    def restricted(self) -> np.ndarray:
+        """Bool per container: eligible only on some nodes (a key of `eligible`)."""
+        mask = np.zeros(self.n_containers, dtype=bool)
+        mask[list(self.eligible)] = True
+        return mask
+
+    @cached_property
+    def least_slope(self) -> np.ndarray:
+        """Per node, the fewest watts one more unit of CPU load adds anywhere on its curve (0 if
+        the curve ever falls): adding x to a node within its cores costs at least x times this."""
+        slopes = np.diff(self.watts, axis=1) / (0.1 * np.maximum(self.cpus, TINY))[:, None]
+        return np.maximum(slopes.min(axis=1), 0.0) if self.n_nodes else np.zeros(0)
 
     @cached_property
     def efficiency_order(self) -> np.ndarray:

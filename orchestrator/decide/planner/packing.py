@@ -148,6 +148,84 @@ class Packing:
         delta[targets == s] = 0.0
         return delta
 
+    def fits_at(self, cs: np.ndarray, nodes: np.ndarray, cpu: np.ndarray | None = None,
+                mem: np.ndarray | None = None) -> np.ndarray:
+        """Whether each container cs[i] may go to nodes[i] now (powered, allowed, room), row by
+        row; `cpu` / `mem` (per row) replace the containers' own demands, e.g. a pair's."""
+        inst = self.inst
+        cpu = inst.cpu[cs] if cpu is None else cpu
+        mem = inst.mem[cs] if mem is None else mem
+        room = inst.fits(self.load[nodes] + cpu, self.mem[nodes] + mem, nodes)
+        return self.on[nodes] & room & inst.allowed_at(cs, nodes)
+
+    def price_moves(self, c1: np.ndarray, t1: np.ndarray, c2: np.ndarray | None = None,
+                    t2: np.ndarray | None = None) -> np.ndarray:
+        """Objective change (W) of each row's moves made together, for all rows at once: c1[i] to
+        t1[i] and, where c2[i] >= 0, c2[i] (another container) to t2[i], from the current
+        placement (each row on its own). The same price as `move_delta` for one move, and as
+        successive `move_delta`s for two (tested); switching nodes on or off is not included."""
+        inst, w, assign = self.inst, self.inst.problem.weights, self.assign
+        c1, t1 = np.asarray(c1, dtype=np.int64), np.asarray(t1, dtype=np.int64)
+        rows = len(c1)
+        if c2 is None or t2 is None:
+            c2, t2 = np.full(rows, -1, dtype=np.int64), np.full(rows, -1, dtype=np.int64)
+        c2, t2 = np.asarray(c2, dtype=np.int64), np.asarray(t2, dtype=np.int64)
+        two = c2 >= 0
+        d2 = np.where(two, c2, c1)  # a stand-in where there is no second move (weighted 0)
+        s1 = assign[c1]
+        s2 = np.where(two, assign[d2], s1)
+        t2 = np.where(two, t2, s1)
+        nodes = np.stack([s1, t1, s2, t2], axis=1)
+        cpu1, cpu2 = inst.cpu[c1], np.where(two, inst.cpu[d2], 0.0)
+        dev1, dev2 = inst.devil[c1].astype(np.int64), (inst.devil[d2] & two).astype(np.int64)
+        cpu = np.stack([-cpu1, cpu1, -cpu2, cpu2], axis=1)
+        dev = np.stack([-dev1, dev1, -dev2, dev2], axis=1)
+        delta = np.zeros(rows)
+        for j in range(4):  # each node once, with every change made to it
+            same = nodes == nodes[:, j:j + 1]
+            first = ~same[:, :j].any(axis=1)
+            n = nodes[first, j]
+            load = (cpu * same).sum(axis=1)[first]
+            delta[first] += inst.power(n, self.load[n] + load) - inst.power(n, self.load[n])
+            if w.contention_w > 0:
+                k, dk = self.devils[n], (dev * same).sum(axis=1)[first]
+                delta[first] += w.contention_w * ((k + dk) * (k + dk - 1) // 2 - k * (k - 1) // 2)
+        o1, o2 = inst.orig[c1], inst.orig[d2]
+        delta += inst.mig_cost[c1] * ((t1 != o1).astype(float) - (s1 != o1))
+        delta += np.where(two, inst.mig_cost[d2] * ((t2 != o2).astype(float) - (s2 != o2)), 0.0)
+        if w.affinity_w > 0:
+            for i in np.flatnonzero((inst.group[c1] >= 0) | (two & (inst.group[d2] >= 0))).tolist():
+                delta[i] += w.affinity_w * self._span_change(
+                    [(int(c1[i]), int(s1[i]), int(t1[i]))] + ([(int(c2[i]), int(s2[i]), int(t2[i]))] if two[i] else []))
+        graph = inst.graph
+        if graph.edges:  # each pair touching a moved container, once
+            row, p, e = graph.gather(c1)
+            there = np.where(p == c2[row], t2[row], assign[p])
+            cut = graph.w[e] * ((t1[row] != there).astype(float) - (s1[row] != assign[p]))
+            delta += np.bincount(row, cut, minlength=rows)
+            second = np.flatnonzero(two)
+            row, p, e = graph.gather(c2[second])
+            keep = p != c1[second][row]
+            row, p, e = second[row[keep]], p[keep], e[keep]
+            cut = graph.w[e] * ((t2[row] != assign[p]).astype(float) - (s2[row] != assign[p]))
+            delta += np.bincount(row, cut, minlength=rows)
+        return delta
+
+    def _span_change(self, moves: list[tuple[int, int, int]]) -> int:
+        """How many nodes the groups of `moves` (container, from, to) span more afterwards."""
+        counts: dict[int, Counter[int]] = {}
+        for c, s, t in moves:
+            g = int(self.inst.group[c])
+            if g >= 0:
+                counts.setdefault(g, Counter())
+                counts[g][s] -= 1
+                counts[g][t] += 1
+        change = 0
+        for g, diff in counts.items():
+            now = self.groups[g]
+            change += sum(int(now[n] + d > 0) - int(now[n] > 0) for n, d in diff.items())
+        return change
+
     def local_objective(self, nodes: list[int], containers: list[int]) -> float:
         """The objective terms that nodes and containers can change (see objective.evaluate):
         power and devil pairs of `nodes`, moves of `containers`, spans of their groups, and the

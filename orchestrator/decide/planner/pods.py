@@ -45,9 +45,48 @@ def partition(inst: Instance, pod_nodes: int) -> list[np.ndarray]:
     order = nodes[np.lexsort((nodes, -load, ~inst.initially_on[nodes], inst.node_type[nodes]))]
     if not inst.graph.edges:
         return [np.sort(order[i::count]) for i in range(count)]
+    return deal(inst, order, count, clumps(inst, order, max(2, pod_nodes // CLUMP_SHARE)))
+
+
+#: a clump of nodes joined by traffic holds at most this share of a pod's nodes (1 / CLUMP_SHARE)
+CLUMP_SHARE = 8
+
+
+def deal(inst: Instance, order: np.ndarray, count: int, groups: list[list[int]]) -> list[np.ndarray]:
+    """Pods of the sizes round-robin dealing gives, from `groups` of nodes that stay together:
+    those with containers the heaviest first (CPU load), each to the pod with the least load that
+    has room for it (split over the roomiest pods if none has); then the nodes left alone, in
+    `order`, each to the pod with the fewest nodes of its kind (type, powered) that has room. So
+    every pod carries about the same load and looks like the cluster."""
+    quota = [len(order[i::count]) for i in range(count)]
+    load = np.bincount(inst.orig, minlength=inst.n_nodes).astype(float)
     pods: list[list[int]] = [[] for _ in range(count)]
-    for clump in clumps(inst, order, max(2, pod_nodes // 8)):  # the largest first, then in `order`
-        min(pods, key=len).extend(clump)
+    carried = [0.0] * count
+    busy = [g for g in groups if len(g) > 1 or load[g[0]] > 0]
+    alone = [g[0] for g in groups if not (len(g) > 1 or load[g[0]] > 0)]
+    busy.sort(key=lambda g: -float(load[g].sum()))  # stable: ties keep the clumps' order
+    for group in busy:
+        fits = [i for i in range(count) if len(pods[i]) + len(group) <= quota[i]]
+        rest = list(group)
+        while rest:
+            i = (min(fits, key=lambda j: (carried[j], j)) if fits
+                 else max(range(count), key=lambda j: (quota[j] - len(pods[j]), -j)))
+            take = rest if fits else rest[: max(quota[i] - len(pods[i]), 1)]
+            rest = rest[len(take):]
+            pods[i].extend(take)
+            carried[i] += float(load[take].sum())
+            fits = []
+    kind = {int(n): (int(inst.node_type[n]), bool(inst.initially_on[n])) for n in order.tolist()}
+    have: list[dict[tuple[int, bool], int]] = [{} for _ in range(count)]
+    for i, pod in enumerate(pods):
+        for n in pod:
+            have[i][kind[n]] = have[i].get(kind[n], 0) + 1
+    place = {int(n): r for r, n in enumerate(order.tolist())}
+    for n in sorted(alone, key=place.__getitem__):
+        room = [i for i in range(count) if len(pods[i]) < quota[i]] or list(range(count))
+        i = min(room, key=lambda j: (have[j].get(kind[n], 0), len(pods[j]), j))
+        pods[i].append(n)
+        have[i][kind[n]] = have[i].get(kind[n], 0) + 1
     return [np.sort(np.array(p, dtype=np.int64)) for p in pods]
 
 

@@ -41,7 +41,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     factory = _FACTORIES.get(name)
     if factory is None:
         raise PeakpackError(
-            f"policy: unknown name {name!r}; choose one of {', '.join(POLICY_NAMES)}"
+            f"--policy: unknown name {name!r}; choose one of {', '.join(POLICY_NAMES)}"
         )
     try:
         return factory(**options)

@@ -1,5 +1,6 @@
 """What the planner may not do this epoch, decided before it solves: power-off refusals (grace,
-quarantine, break-even, spare nodes) and hysteresis. Pure: the store's memory comes in as `Remembered`.
+quarantine, break-even, spare nodes) and hysteresis (and, from `decide/qos.py`, the lower caps of
+nodes whose latency-sensitive containers stalled). Pure: the store's memory comes in as `Remembered`.
 
 The answers are problem data the solvers already understand, so the objective sees them instead
 of a rule editing the plan afterwards: a node that may not be switched off is not power-managed
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from ...domain.capacity import over_cap_nodes
 from ...domain.model import ClusterSnapshot, Inventory, NodeSpec
 from ...domain.settings import PlannerSettings
+from ..qos import LoweredCap
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Remembered:
     #: (memory MB, frozen ms) of recent SUCCEEDED migrations: what a migration's frozen time is
     #: predicted from (`predict.frozen_model`)
     frozen_history: tuple[tuple[float, float], ...] = ()
+    #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/qos.py`)
+    lowered: Mapping[str, LoweredCap] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

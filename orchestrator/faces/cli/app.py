@@ -10,7 +10,8 @@ from __future__ import annotations
 import typer
 
 from ...domain.errors import PeakpackError
-from . import apply, config, history, lab, migrate, plan, power, reconcile, report, serve, service, simulate, web
+from ...domain.inputs import one_line
+from . import apply, config, history, lab, migrate, plan, power, qos, reconcile, report, serve, service, simulate, web
 from .common import err
 
 app = typer.Typer(
@@ -32,27 +33,38 @@ app.command()(apply.apply)
 app.command()(apply.reject)
 app.add_typer(lab.app, name="lab")
 app.add_typer(power.app, name="power")
+app.add_typer(qos.app, name="qos")
 app.add_typer(service.app, name="service")
 app.add_typer(config.app, name="config")
 
 
-def main() -> None:
+def fail(message: str) -> None:
+    """The one way a command fails for the operator: one line on stderr, exit status 2."""
+    err.print(f"error: {one_line(message)}", markup=False, highlight=False, soft_wrap=True)
+    raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line (`argv`: the arguments, default sys.argv's); whatever an operator can
+    get wrong ends here as one line and exit status 2, never a traceback."""
     try:
-        code = app(standalone_mode=False)
+        code = app(args=argv, prog_name="peakpack", standalone_mode=False)
     except PeakpackError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(2) from None
+        fail(str(exc))
     except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")
         raise SystemExit(130) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except typer.TyperException as exc:  # usage errors (typer's own click) with standalone_mode off
-        show = getattr(exc, "show", None)
-        if show is None:
-            raise
-        show()
-        raise SystemExit(2) from None
+    except typer.TyperException as exc:  # typer's own checks: an unknown option, a missing argument, a bad choice
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `peakpack` alone, or a group alone: its help
+            exc.show()  # type: ignore[attr-defined]
+            raise SystemExit(2) from None
+        ctx = getattr(exc, "ctx", None)
+        what = exc.format_message().rstrip(".")
+        fail(what + (f"; `{ctx.command_path} --help` lists what it takes" if ctx is not None else ""))
+    except OSError as exc:  # a file or folder the operator named cannot be written or read
+        fail(f"{exc.filename or 'a file'}: {exc.strerror or exc}")
     if isinstance(code, int) and code:
         raise SystemExit(code)
 

@@ -10,9 +10,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, open_store, out, since_time
-from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, size_bytes, watts, when
+from .common import DbOpt, JsonOpt, SinceOpt, checked, open_store, out, since_time
+from .tables import Column, WideOpt, count, joules, millis, print_table, seconds, share, size_bytes, watts, when
 
 
 class HistoryKind(StrEnum):
@@ -24,6 +25,8 @@ class HistoryKind(StrEnum):
     DEMAND = "demand"
     TRAFFIC = "traffic"
     SAVINGS = "savings"
+    QOS = "qos"
+    PRESSURE = "pressure"
 
 
 class GroupBy(StrEnum):
@@ -35,7 +38,8 @@ class GroupBy(StrEnum):
 
 #: which `--by` each kind of history takes (the first: its default)
 GROUPINGS = {HistoryKind.ENERGY: (None, GroupBy.NODE, GroupBy.CONTAINER),
-             HistoryKind.SAVINGS: ("total", GroupBy.DAY, GroupBy.PLAN)}
+             HistoryKind.SAVINGS: ("total", GroupBy.DAY, GroupBy.PLAN),
+             HistoryKind.PRESSURE: (None, GroupBy.CONTAINER)}
 
 
 def rate(value: Any) -> str:
@@ -137,6 +141,35 @@ TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("not measured", "unmeasured_costs", count, justify="right", priority=2),
         Column("model", "model_spent_j", joules, justify="right", priority=3),
     ),
+    "qos": (
+        Column("at", "at", when, priority=0),
+        Column("node", "node", priority=0),
+        Column("kind", "kind", priority=0),
+        Column("container", "container", priority=1),
+        Column("reason", "reason", priority=1, truncate=True, min_width=24),
+        Column("log", "log", priority=4),
+        Column("seq", "seq", justify="right", priority=4),
+    ),
+    "pressure": (
+        Column("at", "at", when, priority=0),
+        Column("container", "container", priority=0),
+        Column("node", "node", priority=1),
+        Column("qos", "qos", priority=1),
+        Column("cpu stall", "cpu_stall", share, justify="right", priority=0),
+        Column("rq wait", "wait", share, justify="right", priority=1),
+        Column("mem some", "memory_some", share, justify="right", priority=2),
+        Column("mem full", "memory_full", share, justify="right", priority=2),
+        Column("interval", "interval_s", seconds, justify="right", priority=3),
+    ),
+    "pressure by container": (
+        Column("container", "container", priority=0),
+        Column("node", "node", priority=1),
+        Column("qos", "qos", priority=1),
+        Column("seen", "observations", justify="right", priority=2),
+        Column("mean stall", "mean_stall", share, justify="right", priority=0),
+        Column("max stall", "max_stall", share, justify="right", priority=1),
+        Column("suspected", "suspected", priority=0, truncate=True, min_width=24),
+    ),
 }
 
 
@@ -147,31 +180,40 @@ def print_rows(kind: str, rows: list[dict[str, Any]], wide: bool = False) -> Non
     print_table(out, TABLE_COLUMNS[kind], rows, title=f"{kind} ({len(rows)})", wide=wide)
 
 
+#: the kinds that `--container` narrows to one container
+PER_CONTAINER = (HistoryKind.DEMAND, HistoryKind.PRESSURE, HistoryKind.QOS)
+
+
 def history(
     kind: Annotated[HistoryKind, typer.Argument(help="What to show.")],
-    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 30m, 2h, 7d.")] = None,
+    since: SinceOpt = None,
     by: Annotated[Optional[GroupBy], typer.Option(
-        help="Energy per node or per container; savings per day or per plan (default: in total).")] = None,
-    container: Annotated[Optional[str], typer.Option(help="`history demand` of this container only.")] = None,
+        help="Energy per node or per container; savings per day or per plan (default: in total); pressure per "
+             "container (with suspected devils).")] = None,
+    container: Annotated[Optional[str], typer.Option(callback=checked(inputs.container_name),
+                                                     help="`history demand|pressure|qos` of this container "
+                                                          "only.")] = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Show stored plans, actions, migrations, power events, energy, container demand (CPU cores
     from cgroup counters, and the forecast the next plan was given), traffic between containers
-    (conntrack byte counters) or the energy saved (measured counters only)."""
+    (conntrack byte counters), the energy saved (measured counters only), container pressure (the
+    share of each interval it was ready but not running) or what the nodes' QoS guards did."""
     start = since_time(since)
     if by is not None and by not in GROUPINGS.get(kind, ()):
-        raise PeakpackError("--by: `history energy` groups by node or container, `history savings` by day or plan")
-    if container is not None and kind is not HistoryKind.DEMAND:
-        raise PeakpackError("--container: only `history demand` is per container")
+        raise PeakpackError("--by: `history energy` groups by node or container, `history savings` by day or plan, "
+                            "`history pressure` by container")
+    if container is not None and kind not in PER_CONTAINER:
+        raise PeakpackError("--container: only `history demand`, `pressure` and `qos` are per container")
     with open_store(db) as store:
         rows = history_rows(store, kind, start, by, container)
         notes = history_notes(store, kind, start)
     if json_out:
         sys.stdout.write(json.dumps(rows) + "\n")
     else:
-        print_rows(kind.value, rows, wide)
+        print_rows(f"{kind.value} by container" if by and kind is HistoryKind.PRESSURE else kind.value, rows, wide)
         for line in notes:
             out.print(line, markup=False, highlight=False)
 
@@ -226,6 +268,11 @@ def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
         from ...decide.demand import with_forecasts  # lazy: start-up speed (each command loads only what it uses)
 
         return with_forecasts(store.demand.history(container, since), store.plans.cpus(since))
+    if kind is HistoryKind.PRESSURE:
+        rows = store.pressure.history(container, since)
+        return pressure_by_container(store, rows, since) if by else [r.to_json() for r in rows]
+    if kind is HistoryKind.QOS:
+        return [e.to_json() for e in store.qos.events(since) if container is None or e.container == container]
     if kind is HistoryKind.PLANS:
         return plan_ledger(store, since)
     if kind is HistoryKind.ACTIONS:
@@ -239,3 +286,23 @@ def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
     return [r.to_json() for r in records]
 
 
+
+
+def pressure_by_container(store: Any, rows: list[Any], since: Any) -> list[dict[str, Any]]:
+    """Each container's stall over the period, and whether it is a suspected devil (its co-runners
+    stall when it is busy: `decide/qos.suspected_devils`, at the default `[planner.qos] stall_share`)."""
+    from ...decide.qos import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
+    from ...domain.settings import PlannerSettings
+
+    suspects = suspected_devils(store.pressure.history(since=since), store.demand.history(since=since),
+                                PlannerSettings())
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.container, []).append(r)
+    out = []
+    for name, mine in sorted(by_name.items()):
+        stalls = [r.stall for r in mine if r.stall is not None]
+        out.append({"container": name, "node": mine[-1].node, "qos": mine[-1].qos, "observations": len(mine),
+                    "mean_stall": sum(stalls) / len(stalls) if stalls else None,
+                    "max_stall": max(stalls) if stalls else None, "suspected": suspects.get(name)})
+    return out

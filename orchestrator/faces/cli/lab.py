@@ -9,13 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOpt, err, out
+from ...domain import inputs
+from .common import JsonOpt, NodeArg, bounded, checked, err, out
 from .tables import Column, WideOpt, joules, print_table, size_bytes
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
 DirOpt = Annotated[
-    Optional[Path], typer.Option("--dir", help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")
+    Optional[Path], typer.Option("--dir", file_okay=False, callback=checked(inputs.folder),
+                                 help="Lab folder (default $PEAKPACK_LAB_DIR or /var/lib/peakpack/lab).")
 ]
 
 
@@ -27,18 +29,24 @@ def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
 
 @app.command()
 def up(
-    nodes: Annotated[int, typer.Option("--nodes", "-n", help="How many nodes.")] = 3,
-    cpus: Annotated[int, typer.Option("--cpus", help="CPUs each node declares in the inventory.")] = 2,
-    disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", help="GiB of each node's own filesystem (a sparse "
+    nodes: Annotated[int, typer.Option("--nodes", "-n", callback=bounded(inputs.LAB_NODES),
+                                       help="How many nodes.")] = 3,
+    cpus: Annotated[int, typer.Option("--cpus", callback=bounded(inputs.NODE_CPUS),
+                                      help="CPUs each node declares in the inventory.")] = 2,
+    disk_gb: Annotated[Optional[int], typer.Option("--disk-gb", callback=bounded(inputs.LAB_DISK_GB),
+                                                   help="GiB of each node's own filesystem (a sparse "
                                                    "image under DIR holding its docker data-root); default 8.")] = None,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", callback=bounded(inputs.LAB_MEMORY_MB),
+                                           help="Memory each node declares; its containers "
+                                           "together are limited to it (as to its CPUs).")] = 4096,
     folder: DirOpt = None,
 ) -> None:
     """Create the nodes, start their services, write DIR/inventory.toml."""
     lab = _lab(folder)
-    sizes = {} if disk_gb is None else {"disk_gb": disk_gb}
+    sizes = {"memory_mb": memory_mb} if disk_gb is None else {"disk_gb": disk_gb, "memory_mb": memory_mb}
     with err.status("bringing the lab up") as status:
         lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
-    out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}")
+    out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}", markup=False, highlight=False)
 
 
 STATUS_COLUMNS = (
@@ -69,7 +77,7 @@ def status(folder: DirOpt = None, json_out: JsonOpt = False, wide: WideOpt = Fal
 
 @app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def exec_(
-    node: Annotated[str, typer.Argument(help="node-1 .. node-N")],
+    node: NodeArg,
     command: Annotated[list[str], typer.Argument(help="COMMAND... (after --)")],
     folder: DirOpt = None,
 ) -> None:
@@ -86,7 +94,7 @@ def _flag(name: str, help: str):  # type: ignore[no-untyped-def]
 
 @app.command()
 def fault(
-    node: Annotated[str, typer.Argument(help="node-1 .. node-N")],
+    node: NodeArg,
     partition: _flag("partition", "Cut the node off the network: its link down (its BMC still answers).") = False,
     heal: _flag("heal", "Bring the node's link back up.") = False,
     kill_dockerd: _flag("kill-dockerd", "SIGKILL the node's dockerd (containers run on, orphaned).") = False,

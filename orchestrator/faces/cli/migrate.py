@@ -7,38 +7,49 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, err, load_inventory, manual_lease, open_store, out
-
-RequiredInventory = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")]
+from .common import (
+    ContainerArg,
+    DbOpt,
+    JsonOpt,
+    NodeArg,
+    RequiredInventory,
+    checked,
+    err,
+    interruptible,
+    load_inventory,
+    manual_lease,
+    open_store,
+    out,
+)
 
 
 def migrate(
-    container: Annotated[str, typer.Argument(help="Container to move.")],
-    to: Annotated[str, typer.Option("--to", help="Target node.")],
+    container: ContainerArg,
+    to: Annotated[str, typer.Option("--to", callback=checked(inputs.node_name), help="Target node.")],
     inventory: RequiredInventory,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure."""
+    """Live-migrate a container (CRIU checkpoint -> rsync -> restore); rolls back on failure.
+    Ctrl-C or SIGTERM (or losing the store's lease) settles the migration in flight, which then
+    either finishes or is rolled back, and the command says which."""
     from peakpack.migrate.transaction import Migration  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.power.ipmi import power_probe
 
-    from ...domain.inputs import container_name, node_name
     from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
     from ...remote.shell import RemoteShell
 
-    container_name(container)
-    node_name(to, "--to")
     inv = load_inventory(inventory)
     if to not in inv.nodes_by_name:
         raise PeakpackError(f"--to: {to} is not in {inventory}; use one of {', '.join(inv.node_names)}")
-    with open_store(db) as store, manual_lease(store, "migrate"), RemoteShell(inv) as shell:
+    with (open_store(db) as store, manual_lease(store, "migrate") as lease, interruptible(lease) as stop,
+          RemoteShell(inv) as shell):
         snap = observe_cluster(inv, power_probe(inv), shell)
         where = {c.name: c.node for c in snap.containers}
         if container not in where:
@@ -48,7 +59,7 @@ def migrate(
         with err.status(f"{container}: {where[container]} -> {to}") as status:
             result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
                                           progress=lambda step: status.update(f"{container}: {step}"),
-                                          bmc_power=power_probe(inv)).run())
+                                          bmc_power=power_probe(inv), stop_requested=stop).run())
     if result.refused:  # preflight said no: nothing changed on either node
         raise PeakpackError(result.reason or f"{container}: refused")
     if json_out:
@@ -59,29 +70,30 @@ def migrate(
     else:
         frozen = f", frozen {result.frozen_ms:.0f} ms" if result.frozen_ms else ""
         out.print(f"{container}: {result.source} -> {result.target}: {result.state.value}{frozen}"
-                  + (f" ({result.reason})" if result.reason else ""))
+                  + (f" ({result.reason})" if result.reason else ""), markup=False, highlight=False)
+    stop.exit_if_asked()
     if result.state.value != "SUCCEEDED":
         raise typer.Exit(1)
 
 
 def pin(
-    node: Annotated[str, typer.Argument(help="Node whose containers to pin.")],
+    node: NodeArg,
     inventory: RequiredInventory,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Give devils cores (and caches) of their own and pack turtles together, on one node."""
+    """Give devils cores (and caches) of their own and pack turtles together, on one node.
+    Ctrl-C or SIGTERM lets the node's cpusets be written (seconds), then stops."""
     from peakpack.migrate.pinning import apply_pinning
 
-    from ...domain.inputs import node_name  # lazy: start-up speed (each command loads only what it uses)
     from ...observe.cluster import observe_node  # lazy: start-up speed (each command loads only what it uses)
     from ...remote.shell import RemoteShell
 
-    node_name(node)
     inv = load_inventory(inventory)
     if node not in inv.nodes_by_name:
         raise PeakpackError(f"NODE: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
-    with open_store(db) as store, manual_lease(store, "pin"), RemoteShell(inv) as shell:
+    with (open_store(db) as store, manual_lease(store, "pin") as lease, interruptible(lease) as stop,
+          RemoteShell(inv) as shell):
         from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
 
         view = shell.call(observe_node(shell.pool, node, power_probe(inv)))
@@ -94,6 +106,7 @@ def pin(
         sys.stdout.write(json.dumps({"node": node, "changed": changed}) + "\n")
     elif changed:
         for name, cpus in changed.items():
-            out.print(f"{node}: {name} -> cpus {cpus}")
+            out.print(f"{node}: {name} -> cpus {cpus}", markup=False, highlight=False)
     else:
-        out.print(f"{node}: every container already has its cpuset")
+        out.print(f"{node}: every container already has its cpuset", markup=False, highlight=False)
+    stop.exit_if_asked()

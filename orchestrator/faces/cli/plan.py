@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import ClusterSnapshot, Inventory
-from .common import DbOpt, InventoryOpt, JsonOpt, err, open_store, out
+from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, checked, err, open_store, out
 from .tables import Column, WideOpt, print_table
 
 if TYPE_CHECKING:
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 SnapshotOpt = Annotated[
     Optional[Path],
-    typer.Option("--snapshot", "-s", help="Observed state as JSON; default: observe the nodes "
+    typer.Option("--snapshot", "-s", exists=True, dir_okay=False,
+                 help="Observed state as JSON; default: observe the nodes "
                  "(or the embedded demo snapshot with the demo inventory)."),
 ]
 
@@ -93,6 +96,28 @@ def print_immovable(rows: list[dict[str, str]], wide: bool = False) -> None:
         print_table(out, IMMOVABLE_COLUMNS, rows, title="Staying put (cannot be live-migrated)", wide=wide)
 
 
+def qos_rows(snapshot: ClusterSnapshot, suspects: dict[str, str]) -> list[dict[str, str]]:
+    """Containers whose `peakpack.qos` label is wrong (they count as latency-sensitive) and those
+    suspected of slowing their neighbours, next to their labels."""
+    return [{"container": c.name, "node": c.node, "class": c.cls.value, "qos": c.qos.value,
+             "note": "; ".join(n for n in (c.qos_problem, suspects.get(c.name)) if n)}
+            for c in sorted(snapshot.containers, key=lambda c: c.name) if c.qos_problem or c.name in suspects]
+
+
+QOS_COLUMNS = (Column("container", "container", priority=0), Column("node", "node", priority=1),
+               Column("peakpack.class", "class", priority=1), Column("peakpack.qos", "qos", priority=1),
+               Column("note", "note", priority=0, truncate=True, min_width=24))
+
+
+def suspected(store: Any, inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, str]:
+    """Suspected devils over the forecast window before the snapshot (`decide/qos.suspected_devils`)."""
+    from ...decide.qos import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
+
+    since = snapshot.taken_at - timedelta(seconds=inventory.planner.forecast.window_seconds)
+    return suspected_devils(store.pressure.history(since=since), store.demand.history(since=since),
+                            inventory.planner)
+
+
 app = typer.Typer(add_completion=False)
 
 
@@ -102,12 +127,12 @@ def plan(
     inventory: InventoryOpt = None,
     snapshot: SnapshotOpt = None,
     policy: Annotated[str, typer.Option(help="peakpack, noop, ffd, bestfit95, spread, dotproduct")] = "peakpack",
-    time_limit: Annotated[Optional[float], typer.Option(
-        "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s.")] = None,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
-    explain: Annotated[Optional[str], typer.Option("--explain", metavar="CONTAINER",
-                                                   help="Also print why CONTAINER moves or stays.")] = None,
+    explain: Annotated[Optional[str], typer.Option(
+        "--explain", metavar="CONTAINER", callback=checked(inputs.container_name),
+        help="Also print why CONTAINER moves or stays.")] = None,
     db: DbOpt = None,
 ) -> None:
     """Compute a plan, store it RECOMMENDED and print it; nothing on the nodes changes.
@@ -123,16 +148,19 @@ def plan(
     with open_store(db) as store:  # plans as serve plans; remembers nothing (a dry plan changes nothing)
         proposal = propose_plan(store, inv, snap, status=PlanStatus.RECOMMENDED, dry_run=True, remember=False,
                                 policy=policy, time_limit_s=time_limit)
+        qos = qos_rows(proposal.snapshot, suspected(store, inv, proposal.snapshot))
     result, snap, prediction, until = proposal.plan, proposal.snapshot, proposal.prediction, proposal.expires_at
     plan_id = result.plan_id
     immovable = immovable_rows(snap)
+    lowered = {n: {"cap": c.cap, "why": c.why} for n, c in sorted(proposal.lowered.items())}
     for node, why in sorted(snap.held.items()):  # on stderr too, so it is seen with --json
         err.print(f"held: {node}: {why}", markup=False, highlight=False)
     if json_out:
         doc = result.to_json()
         for a, p in zip(doc["actions"], prediction.actions, strict=True):
             a["prediction"] = p.to_json()
-        sys.stdout.write(json.dumps({**doc, "immovable": immovable, "held": dict(snap.held),
+        sys.stdout.write(json.dumps({**doc, "immovable": immovable, "held": dict(snap.held), "qos": qos,
+                                     "lowered_caps": lowered,
                                      "status": "RECOMMENDED", "expires_at": until.isoformat(),
                                      "prediction": prediction.to_json(),
                                      **({"explanation": {explain: result.explanations[explain]}}
@@ -140,6 +168,10 @@ def plan(
     else:
         print_plan(result, wide)
         print_immovable(immovable, wide)
+        if qos:
+            print_table(out, QOS_COLUMNS, qos, title="QoS: label problems and suspected devils", wide=wide)
+        for node, c in lowered.items():
+            out.print(f"{node}: {c['why']}", markup=False, highlight=False)
         p = prediction.to_json()
         out.print(f"predicted over {p['horizon_s'] / 3600:g} h (model): {p['energy_saved_j'] / 1000:.1f} kJ saved "
                   f"after {p['migration_j'] / 1000:.1f} kJ of migrations; frozen {p['frozen_ms'] / 1000:.1f} s "
@@ -164,7 +196,7 @@ SHOW_COLUMNS = (
 
 @app.command("show")
 def show(
-    plan_id: Annotated[int, typer.Argument(metavar="PLAN_ID", help="A plan's id (`peakpack history plans`).")],
+    plan_id: PlanIdArg,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     db: DbOpt = None,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ...domain.errors import PeakpackError
-from .common import DbOpt, JsonOpt, open_store, out
+from .common import DbOpt, JsonOpt, NodeArg, open_store, out
 
 app = typer.Typer(help="Quarantined nodes: list them, clear one after fixing it.", no_args_is_help=True)
 
@@ -29,12 +29,12 @@ def status(db: DbOpt = None, json_out: JsonOpt = False) -> None:
         return
     table = Table("node", "reason")
     for node, reason in sorted(quarantined.items()):
-        table.add_row(node, reason)
+        table.add_row(Text(node), Text(reason))  # the BMC's words, shown as they are
     out.print(table)
 
 
 @app.command()
-def clear(node: Annotated[str, typer.Argument(help="Node to take out of quarantine.")], db: DbOpt = None) -> None:
+def clear(node: NodeArg, db: DbOpt = None) -> None:
     """Take a node out of quarantine, so the controller may wake it again."""
     with open_store(db) as store:
         quarantined = store.power.quarantined()
@@ -42,4 +42,4 @@ def clear(node: Annotated[str, typer.Argument(help="Node to take out of quaranti
             listed = ", ".join(sorted(quarantined)) or "none"
             raise PeakpackError(f"NODE: {node} is not quarantined (quarantined: {listed}); see `peakpack power status`")
         store.power.clear_quarantine(node)
-    out.print(f"{node}: cleared (was: {quarantined[node]})")
+    out.print(f"{node}: cleared (was: {quarantined[node]})", markup=False, highlight=False)

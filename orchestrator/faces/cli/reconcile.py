@@ -5,35 +5,34 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from .common import DbOpt, JsonOpt, load_inventory, manual_lease, open_store, out
+from .common import DbOpt, JsonOpt, RequiredInventory, interruptible, load_inventory, manual_lease, open_store, out
 
 
 def reconcile(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory TOML of the cluster.")],
+    inventory: RequiredInventory,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Settle unfinished migrations and power actions from what the nodes show (never assumed)."""
+    """Settle unfinished migrations and power actions from what the nodes show (never assumed).
+    Ctrl-C or SIGTERM lets the migration being settled end, settles nothing more, and reports."""
     from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
     from ..wiring import reconcile as settle_all  # lazy: start-up speed (each command loads only what it uses)
 
     inv = load_inventory(inventory)
-    with open_store(db) as store, manual_lease(store, "reconcile"), RemoteShell(inv) as shell:
+    with (open_store(db) as store, manual_lease(store, "reconcile") as lease, interruptible(lease) as stop,
+          RemoteShell(inv) as shell):
         found = [f"migration {m.id} ({m.container} {m.source} -> {m.target}): {m.state.value}"
                  for m in store.migrations.unfinished()]
-        found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events()
-                  if e.state == "ONGOING"]
-        done = settle_all(inv, store, shell)
+        found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events(state="ONGOING")]
+        done = settle_all(inv, store, shell, stop_requested=stop)
     if json_out:
         sys.stdout.write(json.dumps({"found": found, "done": done}) + "\n")
+        stop.exit_if_asked()
         return
     out.print(f"found {len(found)} unfinished: " + ("nothing to do" if not found else ""), highlight=False)
     for line in found:
         out.print(f"  {line}", markup=False, highlight=False)
     for line in done:
         out.print(f"did: {line}", markup=False, highlight=False)
+    stop.exit_if_asked()

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .common import DbOpt, open_store, out, since_time
+from ...domain import inputs
+from .common import DbOpt, SinceOpt, checked, open_store, out, since_time
 
 
 def report(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")],
-    since: Annotated[Optional[str], typer.Option(help="Only the last DURATION, e.g. 2h, 7d.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", file_okay=False, callback=checked(inputs.folder),
+                                          help="Folder for index.html and the PNGs.")],
+    since: SinceOpt = None,
     db: DbOpt = None,
 ) -> None:
     """Write an HTML page with nodes on, power and energy over time, migrations, downtime and the
@@ -33,4 +35,4 @@ def report(
             savings_headline=headline(book),
         )
     index = write_report(h, out_dir)
-    out.print(f"report written to {index}")
+    out.print(f"report written to {index}", markup=False, highlight=False)

@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
-from .common import DbOpt, InventoryOpt, demo_inventory, err, load_inventory, open_store
+from .common import DbOpt, InventoryOpt, TimeLimitOpt, bounded, demo_inventory, err, load_inventory, open_store
 from .plan import SnapshotOpt
-from .web import HttpAddrOpt
+from .web import APPROVAL_WAIT_S, HttpAddrOpt, MetricsAddrOpt, MetricsPortOpt
 
 
 def serve(
@@ -28,37 +29,29 @@ def serve(
     ] = False,
     once: Annotated[bool, typer.Option("--once", help="Run one epoch and exit.")] = False,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "peakpack",
-    time_limit: Annotated[
-        Optional[float],
-        typer.Option(
-            "--time-limit", min=0.1, help="Solver seconds; default: the inventory's \\[planner].time_limit_s."
-        ),
-    ] = None,
+    time_limit: TimeLimitOpt = None,
     epoch_seconds: Annotated[
         Optional[int],
         typer.Option(
             "--epoch-seconds",
-            min=1,
+            callback=bounded(inputs.EPOCH_SECONDS),
             help="Override the inventory's \\[cluster].epoch_seconds (the loop, the forecast, "
             "the migration weights and the power rules all use it).",
         ),
     ] = None,
-    metrics_port: Annotated[
-        Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port.")
-    ] = None,
-    metrics_addr: Annotated[
-        str, typer.Option("--metrics-addr", help="Address for the metrics endpoint.")
-    ] = "127.0.0.1",
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "127.0.0.1",
     lease_ttl: Annotated[
         Optional[float],
         typer.Option(
             "--lease-ttl",
-            min=1.0,
+            callback=bounded(inputs.LEASE_SECONDS),
             help="Seconds a dead controller's lease keeps a standby waiting; default: one epoch, 10-120 s.",
         ),
     ] = None,
     http_port: Annotated[
-        Optional[int], typer.Option("--http-port", min=0, max=65535, help="Serve the web page on this port.")
+        Optional[int], typer.Option("--http-port", callback=bounded(inputs.ANY_PORT),
+                                    help="Serve the web page on this port (0: any free port).")
     ] = None,
     http_addr: HttpAddrOpt = "127.0.0.1",
     db: DbOpt = None,
@@ -69,7 +62,9 @@ def serve(
     standby and takes over when the leader's lease expires. `--once` fails at once instead."""
     # lazy: start-up speed (each command loads only what it uses)
     from ...act.controller import Controller, ControllerSettings
+    from ...decide.planner.registry import get_policy
 
+    get_policy(policy)  # an unknown name is refused now, not at every epoch
     inv = load_inventory(inventory) if inventory else demo_inventory()
     if epoch_seconds is not None:  # one epoch everywhere: everything downstream reads the inventory's
         inv = replace(inv, cluster=replace(inv.cluster, epoch_seconds=epoch_seconds))
@@ -77,6 +72,10 @@ def serve(
         dry_run = True  # the embedded demo has no real nodes to act on
     if snapshot is not None and not dry_run:
         raise PeakpackError("--snapshot: a snapshot file can only be planned, not executed; add --dry-run")
+    if snapshot is not None:  # re-read every epoch; a bad one is refused now, not logged forever
+        from ...domain.config import load_snapshot  # lazy: start-up speed (each command loads only what it uses)
+
+        load_snapshot(snapshot, inv)
     settings = ControllerSettings(
         dry_run=dry_run,
         approve=approve,
@@ -101,12 +100,15 @@ def serve(
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
         with ExitStack() as web:
             if http_port is not None:
+                from ...act.apply import hand_to_leader  # lazy: start-up speed
                 from ..web.app import create_app  # lazy: start-up speed (each command loads only what it uses)
                 from ..web.server import serving_in_background
 
-                page_store = web.enter_context(open_store(db))  # its own unfenced handle: the page only reads
-                page = create_app(page_store, inv, applier=lambda plan_id, partial, by: controller.apply_stored(
-                    plan_id, partial=partial, decided_by=by))
+                # its own unfenced handle: the page reads, and hands approvals to the leader (this
+                # controller or another one) through the store; it executes nothing
+                page_store = web.enter_context(open_store(db))
+                page = create_app(page_store, inv, bind=http_addr, applier=lambda plan_id, partial, by: hand_to_leader(
+                    page_store, plan_id, partial, by, wait_s=APPROVAL_WAIT_S, stop_requested=controller.stopped))
                 port = web.enter_context(serving_in_background(page, http_addr, http_port))
                 err.print(f"web page: http://{http_addr}:{port}/", markup=False, highlight=False)
             if once:

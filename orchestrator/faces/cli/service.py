@@ -4,13 +4,22 @@ The service runs as its own system user with only what it needs: network (SSH to
 IPMI to the BMCs, the metrics port), its data dir for the store, and read access to the inventory
 and the files it names (SSH key, BMC passwords, web token), which are made readable by that user
 only. Everything else of the system is read-only or hidden (systemd's sandboxing options).
+
+Stopping: SIGTERM goes to the controller alone (`KillMode=mixed`: not to the ipmitool or ssh it
+runs, so a wake-up in progress is not cut and its node not quarantined), which lets the action in
+flight finish and settle; `TimeoutStopSec` is derived from the code's own timeouts
+(`stop_timeout_s`), so systemd never kills it in the middle of a step. `Restart=always`: a stopped
+or crashed controller comes back and reconciles. The store URL (it may hold a password) is in a
+root-only environment file, not in the world-readable unit.
 """
 
 from __future__ import annotations
 
 import grp
+import math
 import os
 import pwd
+import re
 import shlex
 import shutil
 import stat
@@ -22,15 +31,19 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import Inventory
-from .common import load_inventory
+from .common import RequiredInventory, checked, load_inventory
+from .web import MetricsPortOpt
 
 app = typer.Typer(help="Run peakpack as a systemd service on the head node.", no_args_is_help=True)
 
 UNIT_NAME = "peakpack.service"
 UNIT_DIR = Path("/etc/systemd/system")
 DATA_DIR = Path("/var/lib/peakpack")
+#: PEAKPACK_DB for the service: root-only, read by systemd before it drops to the service's user
+ENV_FILE = Path("/etc/peakpack/peakpack.env")
 HOME_DIRS = (Path("/home"), Path("/root"), Path("/run/user"))
 
 
@@ -69,8 +82,44 @@ def command_line() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "peakpack"]
 
 
-def unit_text(user: str, group: str, files: ServiceFiles, db_url: str, serve_args: list[str]) -> str:
-    """The systemd unit: restarts on failure, runs as `user`, sandboxed to what the controller does."""
+def longest_step_s(inv: Inventory) -> float:
+    """The longest single step a stop may have to wait for, from the code's own timeouts: one
+    copy of a migration (pre-copy or the frozen delta, or an image), its checkpoint, an image
+    pull, the flush before the freeze; a node's wake-up (the inventory's wake timeout) or
+    switch-off."""
+    # lazy: start-up speed (the migration and the live services load only for `service install`)
+    from peakpack.migrate.copy import COPY_TIMEOUT_S
+    from peakpack.migrate.transaction import CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S
+
+    from ..wiring import POWER_OFF_WAIT_S
+
+    return max(COPY_TIMEOUT_S, CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S,
+               inv.planner.wake_timeout_seconds, POWER_OFF_WAIT_S)
+
+
+def stop_timeout_s(inv: Inventory) -> int:
+    """TimeoutStopSec: the step in flight, then the settling after it, which runs the same kinds of
+    commands under the same bounds: twice the longest step."""
+    return math.ceil(2 * longest_step_s(inv))
+
+
+def unit_word(arg: str) -> str:
+    """One word of a unit's command line as systemd reads it: `%` (specifiers) and `$`
+    (variables) doubled, and quoted when it holds a space, a quote or a backslash."""
+    word = arg.replace("%", "%%").replace("$", "$$")
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./$-]+", word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_line(key: str, value: str) -> str:
+    """`KEY="value"` for an EnvironmentFile (no specifiers or variables there: quotes only)."""
+    return f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def unit_text(user: str, group: str, files: ServiceFiles, serve_args: list[str], stop_s: int) -> str:
+    """The systemd unit: restarts always, runs as `user`, sandboxed to what the controller does;
+    its store URL comes from ENV_FILE."""
     exec_start = [*command_line(), "serve", "--inventory", str(files.inventory), *serve_args]
     paths = [files.inventory, *files.secrets, *files.readable, Path(exec_start[0])]
     in_home = any(p.is_relative_to(h) for p in paths for h in HOME_DIRS)
@@ -80,18 +129,23 @@ def unit_text(user: str, group: str, files: ServiceFiles, db_url: str, serve_arg
 Description=peakpack controller: keeps the cluster packed at peak energy efficiency
 After=network-online.target
 Wants=network-online.target
+# restart however often it stops: it reconciles what it left before it acts again
+StartLimitIntervalSec=0
 
 [Service]
 Type=simple
 User={user}
 Group={group}
-Environment=PEAKPACK_DB={db_url}
+# PEAKPACK_DB (the store URL, which may hold a password): readable by root only
+EnvironmentFile={ENV_FILE}
 Environment=HOME={DATA_DIR}
-ExecStart={shlex.join(exec_start)}
-Restart=on-failure
+ExecStart={" ".join(unit_word(a) for a in exec_start)}
+Restart=always
 RestartSec=10s
-# SIGTERM settles the migrations in flight and starts nothing new: give it time.
-TimeoutStopSec=300
+# SIGTERM to the controller only (not to ipmitool or ssh it runs); it lets the action in flight
+# finish and settle, and starts nothing new: twice the longest step (stop_timeout_s).
+KillMode=mixed
+TimeoutStopSec={stop_s}
 StateDirectory={DATA_DIR.name}
 StateDirectoryMode=0700
 ReadWritePaths={DATA_DIR}
@@ -163,19 +217,27 @@ def _own(path: Path, account: pwd.struct_passwd | None, mode: int | None, dry_ru
 
 @app.command()
 def install(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="The inventory the service runs with.")],
-    user: Annotated[str, typer.Option("--user", help="System user the service runs as (created if "
-                                      "missing).")] = "peakpack",
-    prefix: Annotated[Path, typer.Option("--prefix", help="Write the unit and data dir under this root.")] = Path("/"),
+    inventory: RequiredInventory,
+    user: Annotated[str, typer.Option("--user", callback=checked(inputs.user_name),
+                                      help="System user the service runs as (created if missing).")] = "peakpack",
+    prefix: Annotated[Path, typer.Option("--prefix", file_okay=False, callback=checked(inputs.folder),
+                                         help="Write the unit and data dir under this root.")] = Path("/"),
     db: Annotated[Optional[str], typer.Option("--db", help="Store URL; default: SQLite in the data dir.")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535,
-                                                        help="Serve Prometheus metrics on this port.")] = None,
-    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", help="Address for the metrics "
-                                                        "endpoint (serve's default: 127.0.0.1).")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: Annotated[Optional[str], typer.Option("--metrics-addr", callback=checked(inputs.host),
+                                                        help="Address for the metrics endpoint (serve's default: "
+                                                        "127.0.0.1).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the unit and what would be done; "
                                           "change nothing.")] = False,
 ) -> None:
     """Write a systemd unit for the controller, its user and data dir; print the systemctl commands."""
+    from peakpack.db.connect import parse_url  # lazy: start-up speed (each command loads only what it uses)
+
+    if db is not None:
+        url = parse_url(db)
+        if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_relative_to(DATA_DIR):
+            raise PeakpackError(f"--db: the service may write only {DATA_DIR} (ProtectSystem=strict); keep its "
+                                "SQLite file there, or leave --db out")
     inv = load_inventory(inventory)
     files = service_files(inv, inventory)
     if not dry_run and os.geteuid() != 0:
@@ -197,20 +259,28 @@ def install(
     _own(files.inventory, account, 0o600, dry_run, done)
     for path in files.secrets:
         _own(path, account, 0o600, dry_run, done)
-    for path in files.readable:
-        _own(path, account, None, dry_run, done)
+    for path in files.readable:  # pinned host keys: the user's, and nobody else may change them
+        _own(path, account, 0o644, dry_run, done)
     data = prefix / DATA_DIR.relative_to("/")
     unit_path = prefix / UNIT_DIR.relative_to("/") / UNIT_NAME
     serve_args = ([] if metrics_port is None else ["--metrics-port", str(metrics_port)]) + \
         ([] if metrics_addr is None else ["--metrics-addr", metrics_addr])
     group = user if account is None else grp.getgrgid(account.pw_gid).gr_name  # useradd --user-group
-    text = unit_text(user, group, files, db or f"sqlite:///{DATA_DIR / 'peakpack.db'}", serve_args)
+    text = unit_text(user, group, files, serve_args, stop_timeout_s(inv))
+    env_path = prefix / ENV_FILE.relative_to("/")
     if not dry_run:
         data.mkdir(parents=True, exist_ok=True)
         unit_path.parent.mkdir(parents=True, exist_ok=True)
         unit_path.write_text(text)
+        env_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(env_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
+        with os.fdopen(fd, "w") as env:
+            env.write(env_line("PEAKPACK_DB", db or f"sqlite:///{DATA_DIR / 'peakpack.db'}") + "\n")
+        os.chown(env_path, 0, 0)
+        env_path.chmod(0o600)
     _own(data, account, 0o700, dry_run, done)
     done.append(f"{'write' if dry_run else 'wrote'} {unit_path}")
+    done.append(f"{'write' if dry_run else 'wrote'} {env_path} (root, mode 600): PEAKPACK_DB, the store's URL")
     say = sys.stdout.write  # the unit verbatim: never wrapped to the terminal
     if dry_run:
         say(f"# {unit_path}\n{text}\n")

@@ -10,19 +10,24 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from ...domain import inputs
 from ...simulate.registry import POLICIES
-from .common import JsonOpt, err, out
+from .common import JsonOpt, bounded, checked, err, out
 
 
 def simulate(
-    trace: Annotated[Path, typer.Option("--trace", help="A folder of PlanetLab traces (one file per VM).")],
+    trace: Annotated[Path, typer.Option("--trace", exists=True, file_okay=False,
+                                        help="A folder of PlanetLab traces (one file per VM).")],
     scenario: Annotated[str, typer.Option("--scenario", help="cloudsim-planetlab")] = "cloudsim-planetlab",
     policy: Annotated[str, typer.Option("--policy", help=", ".join(POLICIES))] = "peakpack",
     cap: Annotated[
-        Optional[float], typer.Option("--cap", min=0.05, max=1.0, help="CPU cap for the planner policies.")
+        Optional[float], typer.Option("--cap", callback=bounded(inputs.SIM_CAP),
+                                      help="CPU cap for the planner policies.")
     ] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write hosts on and power over time (PNG).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", dir_okay=False, callback=checked(inputs.output_file),
+                                                 help="Write hosts on and power over time (PNG).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Replay a day of traces on the simulated cluster through the production planner (or a baseline)."""
@@ -50,7 +55,7 @@ def simulate(
     if json_out:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
         return
-    table = Table(title=f"{scenario}: {trace.name}, {len(sc.vm_names)} VMs, {len(sc.host_mips)} hosts")
+    table = Table(title=Text(f"{scenario}: {trace.name}, {len(sc.vm_names)} VMs, {len(sc.host_mips)} hosts"))
     for col in ("policy", "energy kWh", "fluid bound kWh", "migrations", "SLATAH", "PDM", "SLAV", "ESV", "plan s/step"):
         table.add_column(col, justify="right")
     bound = fluid_bound_kwh(sc, getattr(pol, "cap", 0.7))

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 Row = dict[str, Any]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
@@ -91,6 +92,11 @@ def watts(value: Any) -> str:
     if value is None:
         return ""
     return _scaled(float(value), ((1, "W"), (1e3, "kW"), (1e6, "MW")), " ")
+
+
+def share(value: Any) -> str:
+    """A share of something (0.234) as a percentage: 23%."""
+    return "" if value is None else f"{float(value):.0%}"
 
 
 def when(value: Any) -> str:
@@ -189,12 +195,12 @@ def fit_table(
             least = _least(c, cells[c])
             widths[c] = min(widths[c], least + max(spare, 0))
             spare -= widths[c] - least
-    table = Table(title=title)
+    table = Table(title=None if title is None else Text(title))
     for c in shown:
         table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis",
                          min_width=widths[c], max_width=widths[c])
-    for i in range(len(rows)):
-        table.add_row(*(cells[c][i] for c in shown))
+    for i in range(len(rows)):  # cells are text as the store has it: node-produced, never rich markup
+        table.add_row(*(Text(cells[c][i]) for c in shown))
     total = _TABLE_OVERHEAD + sum(w + _CELL_OVERHEAD for w in widths.values())
     return Fitted(table, total, tuple(c.header for c in columns if c in hidden))
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from ...domain.errors import PeakpackError
 
@@ -32,19 +32,36 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(app: Starlette) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also says when it begins to stop (`stopping`), so an approved plan
+    being applied in the foreground page (`peakpack web`) starts no new action."""
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        self.stopping.set()
+        super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
 
-def run(app: Starlette, host: str, port: int, announce: Callable[[int], None]) -> None:
-    """Serve until SIGINT/SIGTERM; `announce` gets the port once it is bound."""
+def _server(app: ASGIApp, stopping: threading.Event | None = None) -> uvicorn.Server:
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            h11_max_incomplete_event_size=16 * 1024)  # request line and headers: 16 KiB at most
+    return _Server(config, stopping or threading.Event())
+
+
+def run(app: ASGIApp, host: str, port: int, announce: Callable[[int], None],
+        stopping: threading.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (which set `stopping` first); `announce` gets the port once it
+    is bound."""
     sock = bind(host, port)
     announce(sock.getsockname()[1])
-    _server(app).run(sockets=[sock])
+    _server(app, stopping).run(sockets=[sock])
 
 
 @contextmanager
-def serving_in_background(app: Starlette, host: str, port: int) -> Iterator[int]:
+def serving_in_background(app: ASGIApp, host: str, port: int) -> Iterator[int]:
     """Serve in a daemon thread for the duration of the `with` block, which gets the port."""
     sock = bind(host, port)
     server = _server(app)  # off the main thread uvicorn leaves the signals to the controller

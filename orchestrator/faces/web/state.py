@@ -7,6 +7,7 @@ succeeded after it applied, so the table does not lag an epoch behind what was d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ class View:
 
     since: timedelta = timedelta(hours=24)
     plans: int = 20
+    qos_events: int = 100  # the newest QoS guard events shown
 
 
 def page_state(store: Store, inventory: Inventory | None, view: View = View()) -> dict[str, Any]:
@@ -34,6 +36,7 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
     plans = store.plans.recent(view.plans)
     migrations = store.migrations.history(start)
     power = store.power.events(start)
+    qos = store.qos.events(start)[-view.qos_events:]
     node_energy = store.energy.history(start)
     actions: dict[int, list[dict[str, Any]]] = {p.plan_id: [] for p in plans}
     if plans:
@@ -42,19 +45,36 @@ def page_state(store: Store, inventory: Inventory | None, view: View = View()) -
                 actions[a.plan_id].append(a.to_json())
     snapshot = store.plans.snapshot(plans[-1].plan_id) if plans else None
     savings = ledger(store.savings.history(), now)
-    return {
+    return finite({
         "generated_at": now.isoformat(),
         "savings": {"headline": headline(savings), "by_source": savings.rows("total")},
         "since_hours": view.since.total_seconds() / 3600,
         "nodes": node_rows(snapshot, inventory, migrations, power, node_energy),
+        # what the latest plan left where it is and why (a bad label says which and how to fix it)
+        "staying": [{"container": c["name"], "node": c["node"], "reason": c["immovable"]}
+                    for c in (snapshot or {}).get("containers", []) if c.get("immovable")],
         "plans": [{**p.to_json(), "actions_list": actions[p.plan_id],
                    "recommended": p.status == PlanStatus.RECOMMENDED and not expired(p.expires_at, now)}
                   for p in reversed(plans)],
         "migrations": [m.to_json() for m in reversed(migrations)],
         "power": [e.to_json() for e in reversed(power)],
+        "qos": [e.to_json() for e in reversed(qos)],
         "energy": {"nodes": cumulative_series(node_energy, lambda r: r.node),
                    "containers": cumulative_series(store.energy.of_containers(start), lambda r: r.container or "")},
-    }
+    })
+
+
+def finite(value: Any) -> Any:
+    """`value` with every infinite or NaN number as None: JSON has no such numbers, and a store
+    may hold one (a plan made by an older peakpack, an overflowing prediction); the page shows a
+    gap rather than failing."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def expired(expires_at: datetime | None, now: datetime) -> bool:

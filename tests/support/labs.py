@@ -1,0 +1,27 @@
+"""Labs of their own for the integration tests and benches: brought up by the project's own code in
+a temporary folder, taken down afterwards."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from peakpack.lab import Lab
+
+
+@contextmanager
+def lab_up(**sizes: int) -> Iterator[Lab]:
+    """A lab of its own in a temporary folder (`Lab.up`'s sizes), taken down afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, dockerd)")
+    lab = Lab(Path(tempfile.mkdtemp(prefix="peakpack-lab-")))
+    lab.up(log=lambda _: None, **sizes)
+    try:
+        yield lab
+    finally:
+        lab.down(log=lambda _: None)
