@@ -56,7 +56,7 @@ from peakpack.power.ipmi import power_probe
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "peakpack/busybox:lab"
 COUNTER = 'id=$RANDOM; i=0; while :; do i=$((i+1)); echo "$id $i"; sleep 0.1; done'
-STEPS = ("creating", "precopy", "checkpointing", "transferring", "restoring", "verifying", "settling")
+STEPS = ("creating", "precopy", "arming", "checkpointing", "transferring", "restoring", "verifying", "settling")
 FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill")
 KILLED = """
 import os, signal, sys, threading

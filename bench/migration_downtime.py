@@ -1,149 +1,350 @@
-"""Live-migration downtime on the real lab for containers holding 16, 64 and 256 MB of touched
-memory and 0, 64 and 512 MB of volume data, plus as much again written into their writable layer
-(a measurement, not a test; needs root and scripts/install-system-deps.sh).
+"""Live-migration downtime of a real program on the real lab (a measurement, not a test; needs root
+and scripts/install-system-deps.sh): Debian's memcached, in a container with a published port,
+filled with N MB of items, migrated node-1 -> node-2 by `Migration` (what `peakpack migrate` runs)
+while a client writes throughout, reconnecting to whichever node answers.
 
-    .venv/bin/python bench/migration_downtime.py [--sizes 16,64,256] [--volumes 0,64,512] [--dir DIR]
+    .venv/bin/python bench/migration_downtime.py [--sizes 256,1024,2048] [--rounds 1] [--dir DIR]
+                                                 [--no-post-copy] [--out FILE.jsonl]
 
-Brings up a 2-node lab (or uses a running one with --dir). For every pair it migrates one
-container from node-1 to node-2 and prints the frozen time, the total time and the bytes moved
-while frozen, with the frozen time split into CRIU dump, transfer, restore and orchestration (the
-rest: restart policy, docker's own bookkeeping, verification); next to it, the plain path on one
-node in the same run: `docker checkpoint create` + `docker start --checkpoint` of an identical
-container. Ratios printed at the end:
-- volume effect: frozen time with 512 MB of volume data and 512 MB in the layer / with none
-  (target <= 1.10: volume and layer data move before the freeze);
-- orchestration overhead: (frozen - transfer) / plain (target <= 1.3: what we add on top of
-  docker's own checkpoint and restore, the node-to-node copy aside).
-These VMs are noisy: compare ratios within one run, not absolute times across runs.
+For every size and round, in the same run, one after another:
+- raw CRIU, the floor: the same memcached binary run directly on node-1 in its own pid namespace
+  (no Docker), filled the same way, `criu dump` + `criu restore` into/from node-1's disk;
+- the default path (pages straight to a CRIU page server on the target, the source kept dumped
+  and stopped until the target runs): frozen time (checkpoint start to restore end) split into
+  dump, transfer and restore;
+- post-copy (`[migration] post_copy = true`): frozen time and the time until the last page had
+  arrived on the target.
+After each migration every item is read back from the target and compared, and every write the
+client saw acknowledged is looked for; the client's longest gap between two acknowledged writes
+is printed next to the frozen time. Ratios printed: frozen / raw CRIU, same run.
+
+The memcached image is built without a registry: Debian's memcached package (`apt-get download`,
+cached in /var/cache/peakpack-bench), its libraries and busybox, `docker import`ed on each node.
+These VMs are small and shared: compare ratios within one run, not absolute times across runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from peakpack.lab.node import docker
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.settings import MigrationSettings
+from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 
-IMAGE = "peakpack/busybox:lab"
-#: $2 MB of random data in the writable layer (copied like a volume, before the freeze), then a
-#: shell variable of $1 MB of 'x' keeps that much anonymous memory touched
-HOLD = ('head -c "$2"m /dev/urandom > /layer.bin; x=$(head -c "$1"m /dev/zero | tr "\\0" x); echo ready; '
-        'while :; do sleep 1; done')
+IMAGE = "peakpack/memcached:lab"
+CACHE = Path("/var/cache/peakpack-bench")
+PORT, RAW_PORT = 11211, 11311
+VALUE_KB = 100
+#: memcached as the container runs it (as root: where root lacks CAP_SYS_RESOURCE CRIU cannot dump
+#: a process of another user, so `-u nobody` would be refused by preflight)
+MEMCACHED = ["memcached", "-u", "root", "-m", "3000", "-t", "2", "-c", "1024"]
+#: on node-1, as root: memcached as pid 1 of its own pid namespace with a session of its own
+#: (CRIU refuses a session leader outside the namespace), chrooted into the image's files, then
+#: criu dump + criu restore of it, each timed on the node
+RAW_SCRIPT = r"""
+set -eu
+root=$1 addr=$2 port=$3 dir=$4 cmd=$5
+case $cmd in
+start)
+  unshare -p -f setsid chroot "$root" /usr/bin/memcached -u root -m 3000 -t 2 -c 1024 -l "$addr" -p "$port" \
+    </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 100); do
+    ss -Hltn "sport = :$port" | grep -q . && { pgrep -f "^/usr/bin/memcached .* -p $port\$" | while read -r p; do
+      [ "$(awk '/^NSpid/ {print NF}' /proc/$p/status)" = 3 ] && echo "$p"; done; exit 0; }
+    sleep 0.1
+  done; exit 1;;
+dump)
+  rm -rf "$dir"; mkdir -p "$dir"; sync
+  t0=$(date +%s.%N); criu dump -t "$6" -D "$dir" --tcp-close -o dump.log; t1=$(date +%s.%N)
+  criu restore -D "$dir" -d --tcp-close -o restore.log --pidfile "$dir/restored.pid"; t2=$(date +%s.%N)
+  echo "$t0 $t1 $t2 $(cat "$dir/restored.pid")";;
+esac
+"""
 
+
+# -- the memcached image ----------------------------------------------------------------------------
+
+def memcached_rootfs() -> Path:
+    """Debian's memcached with its libraries and busybox in a folder (built once, cached)."""
+    root = CACHE / "rootfs"
+    if (root / "usr/bin/memcached").exists():
+        return root
+    CACHE.mkdir(parents=True, exist_ok=True)
+    if not list(CACHE.glob("memcached_*.deb")):
+        subprocess.run(["apt-get", "download", "memcached"], cwd=CACHE, check=True)
+    work = Path(tempfile.mkdtemp(dir=CACHE))
+    subprocess.run(["dpkg-deb", "-x", str(next(CACHE.glob("memcached_*.deb"))), str(work / "x")], check=True)
+    for d in ("bin", "usr/bin", "tmp", "proc", "sys", "dev", "etc", "root"):
+        (work / "rootfs" / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/bin/busybox", work / "rootfs/bin/busybox")
+    (work / "rootfs/bin/sh").symlink_to("busybox")
+    shutil.copy2(work / "x/usr/bin/memcached", work / "rootfs/usr/bin/memcached")
+    ldd = subprocess.run(["ldd", str(work / "x/usr/bin/memcached")], capture_output=True, text=True, check=True)
+    for lib in (w for line in ldd.stdout.splitlines() for w in line.split() if w.startswith("/")):
+        (work / "rootfs" / lib.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lib, work / "rootfs" / lib.lstrip("/"))
+    (work / "rootfs/etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (work / "rootfs/etc/group").write_text("root:x:0:\n")
+    (work / "rootfs").rename(root)
+    shutil.rmtree(work)
+    return root
+
+
+def import_image(lab: Lab, root: Path) -> None:
+    tar = CACHE / "rootfs.tar"
+    if not tar.exists():
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
+    for node in lab.layout.nodes:
+        if docker(node, "image", "inspect", IMAGE, check=False).returncode:
+            docker(node, "import", str(tar), IMAGE)
+
+
+# -- a memcached client: items derived from their keys, a writer that times acknowledgements ----------
+
+def value(key: bytes) -> bytes:
+    return (hashlib.sha256(key).digest() * (VALUE_KB * 32 + 1))[:VALUE_KB * 1024]
+
+
+def connect(host: str, port: int, timeout: float) -> socket.socket:
+    s = socket.create_connection((host, port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def read_line(s: socket.socket, buf: bytearray) -> bytes:
+    while (i := buf.find(b"\r\n")) < 0:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    line = bytes(buf[:i])
+    del buf[:i + 2]
+    return line
+
+
+def get_many(s: socket.socket, buf: bytearray, keys: list[bytes]) -> dict[bytes, bytes]:
+    s.sendall(b"get " + b" ".join(keys) + b"\r\n")
+    got = {}
+    while (line := read_line(s, buf)) != b"END":
+        _, key, _, size = line.split()
+        while len(buf) < int(size) + 2:
+            buf += s.recv(1 << 20)
+        got[key] = bytes(buf[:int(size)])
+        del buf[:int(size) + 2]
+    return got
+
+
+def fill(host: str, port: int, mb: int) -> None:
+    with connect(host, port, 60) as s:
+        for start in range(0, mb * 1024 // VALUE_KB, 32):
+            keys = [b"k%d" % i for i in range(start, min(mb * 1024 // VALUE_KB, start + 32))]
+            s.sendall(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, VALUE_KB * 1024, value(k)) for k in keys))
+        s.sendall(b"version\r\n")
+        assert read_line(s, bytearray()).startswith(b"VERSION")
+
+
+def items_lost(host: str, port: int, mb: int) -> int:
+    """Items missing or differing."""
+    n, bad, buf = mb * 1024 // VALUE_KB, 0, bytearray()
+    with connect(host, port, 60) as s:
+        for start in range(0, n, 50):
+            keys = [b"k%d" % i for i in range(start, min(n, start + 50))]
+            got = get_many(s, buf, keys)
+            bad += sum(1 for k in keys if got.get(k) != value(k))
+    return bad
+
+
+def writer(hosts: list[str], port: int, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
+    """Acknowledged sets w0, w1, ... one at a time; on any error (0.3 s timeouts) on to the next
+    node; reports how many were acknowledged and the longest gap between two acknowledgements."""
+    acked, longest, last, s, turn, buf = 0, 0.0, time.monotonic(), None, 0, bytearray()
+    while not stop.is_set():
+        try:
+            if s is None:
+                s, buf = connect(hosts[turn % len(hosts)], port, 0.3), bytearray()
+            s.sendall(b"set w%d 0 0 8\r\n%08d\r\n" % (acked, acked))
+            if read_line(s, buf) != b"STORED":
+                raise ConnectionError("not stored")
+            now = time.monotonic()
+            longest, last, acked = max(longest, now - last), now, acked + 1
+            time.sleep(0.005)
+        except OSError:
+            if s is not None:
+                s.close()
+            s, turn = None, turn + 1
+            time.sleep(0.02)
+    out.put((acked, max(longest, time.monotonic() - last)))
+
+
+def writes_lost(host: str, port: int, acked: int) -> int:
+    lost, buf = 0, bytearray()
+    with connect(host, port, 60) as s:
+        for start in range(0, acked, 100):
+            keys = [b"w%d" % i for i in range(start, min(acked, start + 100))]
+            lost += len(set(keys) - set(get_many(s, buf, keys)))
+    return lost
+
+
+# -- the three measurements -----------------------------------------------------------------------------
 
 @dataclass
 class Row:
+    mode: str          # raw, pages (the default path), post-copy
     mb: int
-    volume_mb: int
-    frozen: float
-    total: float
-    frozen_mb: float
-    dump: float
-    transfer: float
-    restore: float
-    plain: float
-    state: str
-
-    @property
-    def orchestration(self) -> float:
-        return self.frozen - self.dump - self.transfer - self.restore
-
-
-def run(lab: Lab, node: str, *argv: str) -> str:
-    proc = lab.exec(node, list(argv))
-    if proc.returncode:
-        raise SystemExit(f"{node}: {' '.join(argv[:4])}: {proc.stderr.strip()}")
-    return proc.stdout
+    round: int
+    frozen_s: float
+    dump_s: float
+    transfer_s: float
+    restore_s: float
+    last_page_s: float | None = None
+    longest_gap_s: float | None = None
+    items_lost: int = 0
+    writes_acked: int = 0
+    writes_lost: int = 0
+    state: str = "SUCCEEDED"
+    load: float = 0.0
 
 
-def start(lab: Lab, node: str, name: str, mb: int, volume_mb: int) -> None:
-    """A container holding `mb` MB of memory, `volume_mb` MB in a volume and as much in its layer."""
-    mount: list[str] = []
-    if volume_mb:
-        run(lab, node, "docker", "volume", "create", f"{name}-data")
-        run(lab, node, "docker", "run", "--rm", "-v", f"{name}-data:/data", IMAGE, "sh", "-c",
-            f"head -c {volume_mb}m /dev/urandom > /data/blob")
-        mount = ["-v", f"{name}-data:/data"]
-    run(lab, node, "docker", "run", "-d", "--name", name, "--network", "none", *mount, IMAGE, "sh", "-c", HOLD,
-        "sh", str(mb), str(volume_mb))
-    deadline = time.monotonic() + 300
-    while "ready" not in run(lab, node, "docker", "logs", name):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{name} did not fill its memory in time")
-        time.sleep(0.5)
+def raw(lab: Lab, root: Path, mb: int, rnd: int) -> Row:
+    node = lab.node("node-1")
+    address = lab.layout.node("node-1").address
+
+    def script(*args: str) -> str:
+        proc = lab.exec("node-1", ["sh", "-c", RAW_SCRIPT, "raw", str(root), address, str(RAW_PORT),
+                                   str(node.docker_root / "bench-raw"), *args], timeout=900)
+        if proc.returncode:
+            raise SystemExit(f"raw CRIU on node-1: {args[0]}: {proc.stderr.strip()[-300:]}")
+        return proc.stdout
+
+    pid = script("start").split()[0]
+    try:
+        fill(address, RAW_PORT, mb)
+        t0, t1, t2, restored = script("dump", pid).split()
+        lost = items_lost(address, RAW_PORT, mb)
+    finally:
+        lab.exec("node-1", ["sh", "-c", f"pkill -f '^/usr/bin/memcached .* -p {RAW_PORT}$'; "
+                                        f"rm -rf {node.docker_root / 'bench-raw'}"])
+    return Row("raw", mb, rnd, float(t2) - float(t0), float(t1) - float(t0), 0.0, float(t2) - float(t1),
+               items_lost=lost, state=f"restored as {restored}", load=os.getloadavg()[0])
 
 
-def remove(lab: Lab, node: str, name: str) -> None:
-    lab.exec(node, ["docker", "rm", "-f", name])
-    lab.exec(node, ["docker", "volume", "rm", "-f", f"{name}-data"])
+def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
+    n1, n2 = (lab.layout.node(n) for n in ("node-1", "node-2"))
+    for n in (n1, n2):
+        docker(n, "rm", "-f", "mc", check=False)
+    docker(n1, "run", "-d", "--name", "mc", "-p", f"{PORT}:{PORT}", IMAGE, *MEMCACHED, "-p", str(PORT))
+    for _ in range(100):
+        try:
+            connect(n1.address, PORT, 1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    fill(n1.address, PORT, mb)
+    lab.exec("node-1", ["sync"])
+    stop, out = multiprocessing.Event(), multiprocessing.Queue()
+    client = multiprocessing.Process(target=writer, args=([n1.address, n2.address], PORT, stop, out))
+    client.start()
+    time.sleep(1)
+    inv = load_inventory(lab.inventory_path)
+    with RemoteShell(inv) as shell, Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store:
+        m = Migration(shell.pool, shell.engines, store, inv, "mc", "node-1", "node-2",
+                      settings=MigrationSettings(post_copy=post_copy))
+        result = shell.call(m.run())
+    time.sleep(1)
+    stop.set()
+    acked, gap = out.get()
+    client.join()
+    where = n2 if result.state is MigrationState.SUCCEEDED else n1
+    t = m.t
+    return Row("post-copy" if post_copy else "pages", mb, rnd, (result.frozen_ms or 0) / 1000,
+               (t.checkpoint_ms or 0) / 1000, (t.transfer_ms or 0) / 1000, (t.restore_ms or 0) / 1000,
+               last_page_s=None if t.last_page_ms is None else t.last_page_ms / 1000, longest_gap_s=gap,
+               items_lost=items_lost(where.address, PORT, mb), writes_acked=acked,
+               writes_lost=writes_lost(where.address, PORT, acked),
+               state=result.state.value + (f": {result.reason}" if result.reason else ""), load=os.getloadavg()[0])
 
 
-def plain(lab: Lab, mb: int, volume_mb: int) -> float:
-    """docker's own checkpoint + restore of an identical container on one node: seconds frozen."""
-    name = f"plain{mb}v{volume_mb}"
-    start(lab, "node-1", name, mb, volume_mb)
-    t0 = time.monotonic()
-    run(lab, "node-1", "docker", "checkpoint", "create", name, "cp")
-    run(lab, "node-1", "docker", "start", "--checkpoint", "cp", name)
-    frozen = time.monotonic() - t0
-    remove(lab, "node-1", name)
-    return frozen
+def report(rows: list[Row]) -> None:
+    def med(mode: str, mb: int, attr: str) -> float | None:
+        got = [getattr(r, attr) for r in rows if r.mode == mode and r.mb == mb and getattr(r, attr) is not None]
+        return statistics.median(got) if got else None
+
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    print("\nmedians (s)   raw CRIU | pages: frozen (dump/transfer/restore) gap  ratio | post-copy: frozen "
+          "last page gap  ratio")
+    for mb in sorted({r.mb for r in rows}):
+        floor = med("raw", mb, "frozen_s")
+        line = [f"{mb:5d} MB   {f(floor):>8}"]
+        for mode in ("pages", "post-copy"):
+            frozen = med(mode, mb, "frozen_s")
+            ratio = f"{frozen / floor:.1f}x" if frozen and floor else "-"
+            extra = (f"({f(med(mode, mb, 'dump_s'))}/{f(med(mode, mb, 'transfer_s'))}/{f(med(mode, mb, 'restore_s'))})"
+                     if mode == "pages" else f(med(mode, mb, "last_page_s")))
+            line.append(f"| {f(frozen):>6} {extra} {f(med(mode, mb, 'longest_gap_s'))} {ratio}")
+        print(" ".join(line))
+    bad = [r for r in rows if r.items_lost or r.writes_lost or not r.state.startswith(("SUCCEEDED", "restored"))]
+    acked = sum(r.writes_acked for r in rows)
+    print(f"\n{len(rows)} runs; items lost in {sum(1 for r in rows if r.items_lost)}, acknowledged writes lost: "
+          f"{sum(r.writes_lost for r in rows)} of {acked}; load average {min(r.load for r in rows):.1f}-"
+          f"{max(r.load for r in rows):.1f}")
+    for r in bad:
+        print(f"  NOT CLEAN: {r.mode} {r.mb} MB round {r.round}: {r.state}, items lost {r.items_lost}, "
+              f"writes lost {r.writes_lost}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="16,64,256")
-    ap.add_argument("--volumes", default="0,64,512", help="MB of data in a volume, and as much again in the layer")
-    ap.add_argument("--dir", type=Path)
-    args = ap.parse_args()
-    own = args.dir is None
-    lab = Lab(args.dir or Path(tempfile.mkdtemp(prefix="peakpack-bench-")))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="256,1024,2048")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--dir", type=Path, help="use the lab running there (else a 2-node lab is brought up)")
+    ap.add_argument("--no-post-copy", action="store_true")
+    ap.add_argument("--out", type=Path, help="also write every measurement as a JSON line here")
+    a = ap.parse_args()
+    own = a.dir is None
+    lab = Lab(a.dir or Path(tempfile.mkdtemp(prefix="peakpack-bench-")))
     if own:
-        lab.up(nodes=2, cpus=2, log=lambda text: print(f"# {text}", file=sys.stderr))
+        lab.up(nodes=2, cpus=2)
     rows: list[Row] = []
     try:
-        inv = load_inventory(lab.inventory_path)
-        print(f"{'MB':>4} {'vol+layer MB':>12} {'frozen s':>8} {'total s':>7} {'MB frozen':>9} {'dump s':>6} "
-              f"{'xfer s':>6} {'rest. s':>7} {'orch. s':>7} {'plain s':>7} {'frozen/plain':>12} {'state':>9}")
-        with Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store, RemoteShell(inv) as shell:
-            for mb in (int(x) for x in args.sizes.split(",")):
-                for volume_mb in (int(x) for x in args.volumes.split(",")):
-                    name = f"hold{mb}v{volume_mb}"
-                    start(lab, "node-1", name, mb, volume_mb)
-                    m = Migration(shell.pool, shell.engines, store, inv, name, "node-1", "node-2")
-                    r = shell.call(m.run())
-                    t = m.t
-                    row = Row(mb, volume_mb, (t.frozen_ms or 0) / 1e3, (t.total_ms or 0) / 1e3, (t.bytes or 0) / 1e6,
-                              (t.checkpoint_ms or 0) / 1e3, (t.transfer_ms or 0) / 1e3, (t.restore_ms or 0) / 1e3,
-                              plain(lab, mb, volume_mb), r.state.value)
+        root = memcached_rootfs()
+        import_image(lab, root)
+        for rnd in range(a.rounds):
+            for mb in (int(x) for x in a.sizes.split(",")):
+                for mode in ("raw", "pages") + (() if a.no_post_copy else ("post-copy",)):
+                    row = raw(lab, root, mb, rnd) if mode == "raw" else migrated(lab, mb, rnd, mode == "post-copy")
                     rows.append(row)
-                    print(f"{mb:4d} {volume_mb:12d} {row.frozen:8.2f} {row.total:7.2f} {row.frozen_mb:9.1f} "
-                          f"{row.dump:6.2f} {row.transfer:6.2f} {row.restore:7.2f} {row.orchestration:7.2f} "
-                          f"{row.plain:7.2f} {row.frozen / row.plain:12.2f} {row.state:>9}", flush=True)
-                    remove(lab, "node-2", name)
+                    print(json.dumps(asdict(row)), flush=True)
+                    if a.out:
+                        with a.out.open("a") as f:
+                            f.write(json.dumps(asdict(row)) + "\n")
     finally:
+        for n in lab.layout.nodes:
+            docker(n, "rm", "-f", "mc", check=False)
         if own:
-            lab.down(log=lambda _: None)
-    by = {(r.mb, r.volume_mb): r for r in rows}
-    vols = sorted({r.volume_mb for r in rows})
-    for mb in sorted({r.mb for r in rows}):
-        if len(vols) > 1 and (mb, vols[0]) in by and (mb, vols[-1]) in by:
-            print(f"{mb} MB: frozen with {vols[-1]} MB of volume and layer each / with {vols[0]} MB: "
-                  f"{by[(mb, vols[-1])].frozen / by[(mb, vols[0])].frozen:.2f} (target <= 1.10)")
-    overhead = [(r.frozen - r.transfer) / r.plain for r in rows if r.plain]
-    if overhead:
-        print(f"orchestration overhead (frozen - transfer) / plain: max {max(overhead):.2f}, "
-              f"mean {sum(overhead) / len(overhead):.2f} (target <= 1.3)")
+            lab.down()
+    report(rows)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ from .layout import STATE_FILE, LabLayout, NodeLayout
 from .node import (
     CGROUP_ROOT,
     DAEMON_PATH,
+    ETC_CRIU,
     LabError,
     create_disk,
     docker,
+    ensure_mntns,
     netns_pids,
     nsenter,
     powered,
@@ -44,10 +46,14 @@ REQUIRED = ("ip", "nsenter", "dockerd", "docker", "docker-proxy", "iptables", "s
             "criu", "rsync", "mkfs.ext4", "losetup", "mount", "sysctl")
 #: each node's own filesystem (a sparse image: the host pays only for what is written)
 DISK_GB = 8
+#: post-copy migrations need CRIU to grow pipes to 4 MiB; root without CAP_SYS_RESOURCE (as here)
+#: may not go past this host-wide sysctl (docs/migration.md)
+PIPE_MAX_SIZE = 4 << 20
 
 #: runc tells CRIU to read this file on every checkpoint and restore (unless a container's
-#: `org.criu.config` annotation names another); one option per line, `#` starts a comment.
-CRIU_RUNC_CONF = Path("/etc/criu/runc.conf")
+#: `org.criu.config` annotation names another); one option per line, `#` starts a comment. Each
+#: lab node has its own (`NodeLayout.etc_criu`, on /etc/criu in the node's mount namespace).
+CRIU_RUNC_CONF = ETC_CRIU / "runc.conf"
 CRIU_RUNC_CONF_TEXT = """\
 # Written by `peakpack lab up` because this file was absent; peakpack never overwrites it.
 # tcp-close: checkpoint a container with established TCP connections (CRIU refuses otherwise)
@@ -121,7 +127,7 @@ class Lab:
                            "use it, or `peakpack lab down` first")
         if self.dir.exists() and any(self.dir.iterdir()):
             self.down(log=lambda _: None)  # leftovers of a crashed lab
-        ensure_criu_config(written=notice, kept=log)
+        raise_pipe_max_size(notice)
         lab = LabLayout.plan(self.dir, nodes, cpus, taken=_in_use, memory_mb=memory_mb)
         for n in lab.nodes:
             n.dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +140,10 @@ class Lab:
             log(f"disks: a sparse {disk_gb} GiB ext4 image per node on its docker data-root")
             for n in lab.nodes:
                 create_disk(n, disk_gb)
+            log("mount namespaces: each node its own /etc/criu (a copy of this host's) and /dev/shm")
+            for n in lab.nodes:
+                seed_etc_criu(n, log)
+                ensure_mntns(n)
             self._daemon(lab)
             log("starting dockerd and sshd on every node")
             with ThreadPoolExecutor(max_workers=4) as pool:
@@ -371,6 +381,28 @@ class Lab:
         log(f"lab down: removed {lab.dir}")
 
 
+def seed_etc_criu(node: NodeLayout, log=print) -> None:  # type: ignore[no-untyped-def]
+    """A node's /etc/criu starts as a copy of this host's (the operator's runc.conf and whatever
+    else is there), with `tcp-close` written when there is no runc.conf; from then on it is the
+    node's own: what a migration writes into it is seen by that node only."""
+    node.etc_criu.mkdir(parents=True, exist_ok=True)
+    if ETC_CRIU.is_dir():
+        for f in ETC_CRIU.iterdir():
+            if f.is_file() and not (node.etc_criu / f.name).exists():
+                shutil.copy2(f, node.etc_criu / f.name)
+    ensure_criu_config(written=log, kept=lambda _: None, path=node.etc_criu / "runc.conf")
+
+
+def raise_pipe_max_size(notice=print, path: Path = Path("/proc/sys/fs/pipe-max-size")) -> None:  # type: ignore[no-untyped-def]
+    """fs.pipe-max-size is one value for the whole host (not per namespace): raised to
+    PIPE_MAX_SIZE when lower, never lowered, and left so by `lab down` (another lab may use it)."""
+    old = int(path.read_text())
+    if old < PIPE_MAX_SIZE:
+        path.write_text(f"{PIPE_MAX_SIZE}\n")
+        notice(f"lab up: raised fs.pipe-max-size from {old} to {PIPE_MAX_SIZE} on this host (one value for the "
+               "whole host): post-copy migrations need it; `sysctl -w fs.pipe-max-size=1048576` puts it back")
+
+
 def ensure_criu_config(written=print, kept=print, path: Path = CRIU_RUNC_CONF) -> bool:  # type: ignore[no-untyped-def]
     """Write `tcp-close` into runc's CRIU configuration if there is none; an existing file is the
     operator's and stays as it is. Says which through `written` or `kept`; returns whether it wrote."""
@@ -382,7 +414,7 @@ def ensure_criu_config(written=print, kept=print, path: Path = CRIU_RUNC_CONF) -
         return False
     with os.fdopen(fd, "w") as f:
         f.write(CRIU_RUNC_CONF_TEXT)
-    written(f"lab up: wrote {path} with `tcp-close` (it was absent): Docker checkpoints of containers "
+    written(f"wrote {path} with `tcp-close` (it was absent): Docker checkpoints of containers "
             "with open TCP connections now close those connections; edit or remove the file to change that")
     return True
 

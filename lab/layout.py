@@ -43,6 +43,16 @@ class NodeLayout:
         return self.docker_root / "peakpack-fill"
 
     @property
+    def mntns(self) -> Path:
+        """The node's mount namespace (a bind-mounted nsfs file; `node.ensure_mntns`)."""
+        return self.dir / "mnt.ns"
+
+    @property
+    def etc_criu(self) -> Path:
+        """The node's own /etc/criu (bind-mounted on /etc/criu inside its mount namespace)."""
+        return self.dir / "etc-criu"
+
+    @property
     def powercap(self) -> Path:
         return self.dir / "powercap"
 

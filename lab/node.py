@@ -1,8 +1,11 @@
 """Starting and stopping one lab node's services: the node's sshd and dockerd run inside its
-network namespace (entered with nsenter --net only: `ip netns exec` remounts /sys and hides the
-cgroup v1 hierarchies dockerd needs). "Power off" is abrupt, like a real power loss: every
-container process is killed through the node's cgroup, then the daemons and every process left in
-the namespace. The node's disk is its own ext4 filesystem (a sparse image file, loop-mounted on
+network namespace and its own mount namespace (entered with nsenter --net --mount: `ip netns exec`
+remounts /sys and hides the cgroup v1 hierarchies dockerd needs). The mount namespace is a copy of
+the host's with the node's own /etc/criu and /dev/shm on top, so every node has its own CRIU
+configuration as separate machines would (runc makes CRIU read /etc/criu/runc.conf, and a
+migration edits it per node). "Power off" is abrupt, like a real power loss: every container
+process is killed through the node's cgroup, then the daemons and every process left in the
+namespace. The node's disk is its own ext4 filesystem (a sparse image file, loop-mounted on
 dockerd's data-root), so it can fill up without filling the host's; it stays mounted while the
 node is off, like a real disk. Its CPUs and memory are its cgroup parent's limits, so a node can be
 full; its boot folder is run at every power on (what systemd would start)."""
@@ -56,8 +59,41 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+#: where runc makes CRIU read its options; each node has its own (a bind mount in its mount namespace)
+ETC_CRIU = Path("/etc/criu")
+
+
+def ensure_mntns(node: NodeLayout) -> None:
+    """Create the node's mount namespace once (idempotent), kept alive by a bind mount of its nsfs
+    file as `ip netns add` does for network namespaces, so it outlives a power cycle like a real
+    node's /etc. It is a copy of the host's mounts taken now (the node's disk is mounted before),
+    minus other labs' and nodes' disks, namespace files and container overlays (copies would keep
+    them busy after their owners unmount them; the host's / is private, nothing propagates), plus
+    the node's own /etc/criu (`node.etc_criu`) and its own RAM scratch space on /dev/shm."""
+    ns = node.mntns
+    if _mounted(ns, Path("/proc/self/mountinfo").read_text()):
+        return
+    ETC_CRIU.mkdir(parents=True, exist_ok=True)
+    node.etc_criu.mkdir(parents=True, exist_ok=True)
+    ns.touch()
+    sh(["unshare", f"--mount={ns}", "--propagation", "private", "true"])
+    script = (
+        'findmnt -rn -o TARGET,FSTYPE,SOURCE | sort -r | while read -r t f s; do '
+        '  case "$f:$s" in nsfs:*|overlay:*|ext4:/dev/loop*) [ "$t" = "$1" ] || umount -l "$t" 2>/dev/null;; esac; '
+        'done; '
+        'mount --bind "$2" "$3" && mount -t tmpfs -o mode=1777 "shm-$4" /dev/shm'
+    )
+    sh(["nsenter", f"--mount={ns}", "sh", "-c", script, "sh", str(node.docker_root), str(node.etc_criu),
+        str(ETC_CRIU), node.netns])
+
+
 def nsenter(node: NodeLayout) -> list[str]:
-    return ["nsenter", f"--net=/var/run/netns/{node.netns}"]
+    ensure_mntns(node)
+    return ["nsenter", f"--net=/var/run/netns/{node.netns}", f"--mount={node.mntns}"]
+
+
+def _mounted(path: Path, mountinfo: str) -> bool:
+    return any(_unescape(line.split()[4]) == str(path) for line in mountinfo.splitlines())
 
 
 def start_sshd(node: NodeLayout) -> None:
@@ -145,6 +181,13 @@ def mount_disk(node: NodeLayout) -> None:
         # discard: blocks freed inside (a removed container, the --fill-disk file) are punched
         # out of the image file, so the host gets its space back
         sh(["mount", "-t", "ext4", "-o", "loop,discard", str(node.disk_image), str(node.docker_root)])
+    if _mounted(node.mntns, Path("/proc/self/mountinfo").read_text()):
+        # nothing propagates into the node's namespace (private): mount the same loop device there
+        # too, never a second loop device on the same image
+        inside = sh(["nsenter", f"--mount={node.mntns}", "cat", "/proc/self/mountinfo"]).stdout
+        if not _mounted(node.docker_root, inside):
+            sh(["nsenter", f"--mount={node.mntns}", "mount", "-o", "discard", str(disk_device(node)),
+                str(node.docker_root)])
 
 
 def disk_device(node: NodeLayout) -> str | None:
@@ -281,6 +324,8 @@ def stop_node(node: NodeLayout) -> None:
     for what in ("sshd", "dockerd"):
         node.pidfile(what).unlink(missing_ok=True)
     node.docker_sock.unlink(missing_ok=True)
+    if _mounted(node.mntns, Path("/proc/self/mountinfo").read_text()):  # RAM does not survive a power cut
+        sh(["nsenter", f"--mount={node.mntns}", "find", "/dev/shm", "-mindepth", "1", "-delete"], check=False)
 
 
 def powered(node: NodeLayout) -> bool:

@@ -18,6 +18,7 @@ from peakpack.orchestrator.domain.model import Inventory
 from peakpack.orchestrator.domain.plan import Action
 from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.domain.records import MigrationRecord
+from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import ActionState, MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
@@ -94,6 +95,7 @@ async def execute_migrations(
 
 async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal,
                                bmc_power: PowerProbe | None = None,
+                               settings: MigrationSettings | None = None,
                                stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. One that fails to settle for any reason (a docker or database error, a
@@ -107,7 +109,7 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal
                          "stopping; the next reconciliation settles it")
             continue
         try:
-            state, reason = await _reconcile(ssh, engines, store, m, bmc_power)
+            state, reason = await _reconcile(ssh, engines, store, m, bmc_power, settings or MigrationSettings())
         except FencedError:
             raise
         except Exception as exc:  # noqa: BLE001 - one migration's error never stops the others
@@ -124,7 +126,7 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal
 
 
 async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: MigrationRecord,
-                     bmc_power: PowerProbe | None) -> tuple[MigrationState, str | None]:
+                     bmc_power: PowerProbe | None, settings: MigrationSettings) -> tuple[MigrationState, str | None]:
     steps = store.migrations.steps(m.id)
     preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
     facts = MigrationFacts.loads(preflight.detail) if preflight else None
@@ -133,7 +135,7 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
     else:
         checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
-        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power,
+        settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings,
                           guard=store.check_fence)
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")

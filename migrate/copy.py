@@ -35,7 +35,11 @@ PEER_SSH = ('ssh ${PEAKPACK_PEER_IDENTITY:+-i $PEAKPACK_PEER_IDENTITY} '
 #: reads the pid), so a copy is either stopped or never starts.
 RSYNC_SCRIPT = ('[ -e "$3" ] && exit 1; echo $$ > "$3.pid"; [ -e "$3" ] && exit 1; '
                 f'exec rsync -aHAX --numeric-ids --delete --modify-window=-1 --mkpath --inplace --stats --timeout=60 '
-                f'-e "{PEER_SSH}" "$1" "$2"')
+                f'-e "{PEER_SSH} $4" "$1" "$2"')
+#: ssh options (RSYNC_SCRIPT's "$4") that keep the first connection of a migration open
+#: (`rsync(..., control=PATH)`) for the ones after it: the copy while the container is frozen
+#: then saves SSH's key exchange (~0.4 s)
+SHARED_CONNECTION = "-o ControlMaster=auto -o ControlPath={path} -o ControlPersist=60"
 #: Stops the copies whose stop files are given: asks (touch), signals each one's process group
 #: (rsync and the ssh it pushes through) if it still runs rsync, waits up to STOP_WAIT_S for them
 #: to end (then SIGKILL), and removes the files. Exits 1 if one still runs.
@@ -77,24 +81,28 @@ def stop_file() -> str:
 
 
 async def rsync(ssh: SshPool, source: str, path: str, target: NodeSpec, dest: str, *,
-                timeout: float = COPY_TIMEOUT_S, stop: str | None = None) -> Copied:
+                timeout: float = COPY_TIMEOUT_S, stop: str | None = None, control: str | None = None) -> Copied:
     """Make `dest` on the target the same folder as `path` on the source (trailing slashes: the
     contents). Repeating it copies only what changed, which is how pre-copy and delta work.
-    `stop`: its stop file (`copy_all` gives one, to stop it when a sibling fails)."""
+    `stop`: its stop file (`copy_all` gives one, to stop it when a sibling fails). `control`: a
+    socket path on the source (per migration) through which copies share one SSH connection to
+    the target."""
+    shared = SHARED_CONNECTION.format(path=control) if control else ""
     res = await ssh.run(source, ["bash", "-c", RSYNC_SCRIPT, "rsync", path, f"{login(target)}:{dest}",
-                                 stop or stop_file()], timeout=timeout)
+                                 stop or stop_file(), shared], timeout=timeout)
     m = _SENT.search(res.stdout)
     if m is None:
         raise NodeError(source, "rsync --stats printed no 'Total bytes sent' line")
     return Copied(int(m.group(1).replace(",", "").replace(".", "")))
 
 
-async def copy_all(ssh: SshPool, source: str, pairs: Sequence[tuple[str, str]], target: NodeSpec) -> int:
+async def copy_all(ssh: SshPool, source: str, pairs: Sequence[tuple[str, str]], target: NodeSpec, *,
+                   control: str | None = None) -> int:
     """Every (source folder, target folder) pair at once; bytes sent. When one copy fails the
     others are stopped on the source, and waited for, before the failure is raised: settling may
     then remove the target's folders without a sibling writing into them (or recreating them)."""
     stops = [stop_file() for _ in pairs]
-    copies = [asyncio.ensure_future(rsync(ssh, source, a, target, b, stop=s))
+    copies = [asyncio.ensure_future(rsync(ssh, source, a, target, b, stop=s, control=control))
               for (a, b), s in zip(pairs, stops, strict=True)]
     try:
         done = await asyncio.gather(*copies)

@@ -1,13 +1,16 @@
 """Settling a migration: observe both nodes, let `resolve.decide` choose, act, observe again, until
 the container runs exactly once with nothing left behind, or a fact that matters is unknown
 (IN_DOUBT, retried at the next reconciliation). The same code ends every migration: the success
-path (removing the source), the failure path of a live migration, and reconciliation after a
-crash, so there is one way out of every state.
+path (removing the source once the target has run for the grace period), the failure path of a
+live migration (resuming the dumped source in place), and reconciliation after a crash, so there
+is one way out of every state.
 
 Every action is check-then-act: it runs only because the facts just observed call for it, and
 after it the facts are observed again instead of assuming it worked. A node's facts are trusted
-only once no checkpoint or restore of the container is still running there (a command that
-outlived its SSH timeout, or one a killed leader started): until it ends, that copy is unknown.
+only once nothing of this migration is still running there (a checkpoint, a restore or a
+post-copy page transfer, maybe started by a killed leader): until it ends, that copy is unknown.
+Each round also disarms every node that answers and runs nothing of the migration: its CRIU
+daemons killed, its runc.conf block stripped, its lock released (`criu.NodeCriu.disarm`).
 """
 
 from __future__ import annotations
@@ -17,19 +20,21 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from .resolve import Copy, Decision, Move, Side, decide
+from . import spec
+from .criu import Facts, LazyPages, NodeCriu
+from .resolve import Copy, Decision, Images, Move, Side, decide
 
 #: node -> True/False (its BMC's power state) or None (no BMC / unreadable); power/ supplies it
 PowerProbe = Callable[[str], bool | None]
-#: files a complete checkpoint has (runc writes descriptors.json after CRIU's dump succeeded)
-CHECKPOINT_FILES = ("inventory.img", "pstree.img", "descriptors.json")
 MAX_ROUNDS = 8
 NO_RESTART = {"Name": "no", "MaximumRetryCount": 0}
 #: One SSH command: this session's network namespace, then every process's namespace and command
@@ -45,6 +50,9 @@ class MigrationFacts:
     restart_policy: dict[str, Any] = field(default_factory=lambda: dict(NO_RESTART))
     volumes: tuple[str, ...] = ()
     summary: str = ""
+    #: published TCP ports ('PORT/tcp') that accepted connections on the source before anything
+    #: changed: the target must answer on them before the source goes
+    answering: tuple[str, ...] = ()
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -53,7 +61,8 @@ class MigrationFacts:
     def loads(cls, text: str | None) -> MigrationFacts | None:
         try:
             d = json.loads(text or "")
-            return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")))
+            return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")),
+                       tuple(d.get("answering", ())))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -67,13 +76,15 @@ def checkpoint_path(docker_root: str, container_id: str, migration_id: int) -> s
     return f"{docker_root}/containers/{container_id}/checkpoints/{checkpoint_name(migration_id)}"
 
 
-def in_flight(processes: str, container: str, container_id: str, checkpoint: str) -> list[str]:
-    """The command lines in `processes` (PROCESSES_ARGV's output) of a checkpoint or restore of
-    this container that still runs: `docker checkpoint create NAME CHECKPOINT` and `docker start
-    --checkpoint CHECKPOINT NAME` (the client lives until the engine answers), and runc's
-    `checkpoint`/`restore` naming the container's ID (it outlives a killed client; CRIU runs as its
-    child). Only processes in this session's network namespace count: the lab's nodes share one
-    process table, and on a real node these all run in the host's namespace."""
+def in_flight(processes: str, container: str, container_id: str, migration_id: int) -> list[str]:
+    """The command lines in `processes` (PROCESSES_ARGV's output) of a checkpoint, restore or page
+    transfer of this container that still runs: `docker checkpoint create [--leave-running] NAME
+    CHECKPOINT` and `docker start --checkpoint CHECKPOINT NAME` (the client lives until the engine
+    answers), runc's `checkpoint`/`restore` naming the container's ID (it outlives a killed client;
+    CRIU runs as its child), and the `criu lazy-pages` daemon that feeds a post-copy restore its
+    memory (in this migration's folder). Only processes in this session's network namespace count:
+    the lab's nodes share one process table, and on a real node these all run in the host's one."""
+    checkpoint = checkpoint_name(migration_id)
     first, _, rest = processes.partition("\n")
     ours = first.strip().removeprefix("net:[").removesuffix("]")
     found = []
@@ -87,6 +98,8 @@ def in_flight(processes: str, container: str, container_id: str, checkpoint: str
                 checkpoint in words or f"--checkpoint={checkpoint}" in words):
             found.append(args.strip())
         elif program == "runc" and {"checkpoint", "restore"} & set(words) and container_id in args:
+            found.append(args.strip())
+        elif program in ("criu", "timeout") and "lazy-pages" in words and f"/peakpack-criu/{migration_id}/" in args:
             found.append(args.strip())
     return found
 
@@ -104,68 +117,88 @@ class Settler:
     facts: MigrationFacts
     bmc_power: PowerProbe | None = None
     restore_timeout: float = 900.0
-    notes: list[str] = field(default_factory=list)
+    settings: MigrationSettings = field(default_factory=MigrationSettings)
     #: called before every action on a node: raises (FencedError) once this process may act no
     #: more (`Journal.check_fence`), so a fenced process stops touching nodes at once
     guard: Callable[[], None] = lambda: None
+    _roots: dict[str, str] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> str:
         return checkpoint_name(self.migration_id)
 
+    async def criu(self, node: str) -> NodeCriu:
+        """`node`'s side of this migration (its docker root read once)."""
+        if node not in self._roots:
+            info = await self.engines.call(node, lambda api: api.info())
+            self._roots[node] = str(info["DockerRootDir"])
+        return NodeCriu(self.ssh, node, self._roots[node], self.migration_id)
+
     async def checkpoint_dir(self, node: str, container_id: str) -> str:
-        info = await self.engines.call(node, lambda api: api.info())
-        return checkpoint_path(str(info["DockerRootDir"]), container_id, self.migration_id)
+        await self.criu(node)
+        return checkpoint_path(self._roots[node], container_id, self.migration_id)
 
     async def side(self, node: str) -> Side:
-        """What `node` shows of the container. Check, then trust: while a checkpoint or restore of
-        it still runs there, its state is half-made (a dump that has not stopped it yet, a restore
-        that will start it), so the copy is UNKNOWN and nothing is decided on it; the state is read
-        again after that check. An engine that answers with an error is UNKNOWN too (not fenced)."""
+        """What `node` shows of the container. Check, then trust: while a checkpoint, restore or
+        page transfer of it still runs there, its state is half-made (a dump that has not stopped
+        it yet, a restore that will start it, a restored copy whose memory is still arriving), so
+        the copy is UNKNOWN and nothing is decided on it; the state is read again after that check.
+        An engine that answers with an error is UNKNOWN too (not fenced)."""
         try:
             d = await self.engines.inspect_container_or_none(node, self.container)
-            if d is None:
-                return Side(node, Copy.ABSENT)
             processes = await self.ssh.run(node, PROCESSES_ARGV, check=False, timeout=30)
             if not processes.ok:  # it answers, but cannot say what runs: not the same as silent
                 return Side(node, Copy.UNKNOWN, doubt="answers, but cannot list its processes "
                             f"(`ps -e -o netns=,args=` exited {processes.exit_status}); install procps there")
-            busy = in_flight(processes.stdout, self.container, str(d["Id"]), self.checkpoint)
+            busy = in_flight(processes.stdout, self.container, str((d or {}).get("Id", "-")), self.migration_id)
             if busy:
                 return Side(node, Copy.UNKNOWN, doubt=f"still runs `{busy[0][:200]}`")
             d = await self.engines.inspect_container_or_none(node, self.container)
+            criu = await self.criu(node)
+            folder = await self.checkpoint_dir(node, str(d["Id"])) if d is not None else ""
+            pid = int(d["State"].get("Pid") or 0) if d is not None and d["State"]["Running"] else 0
+            facts = await criu.facts(folder, pid)
             if d is None:
-                return Side(node, Copy.ABSENT)
-            folder = await self.checkpoint_dir(node, str(d["Id"]))
-            test = ["test", "-f", f"{folder}/{CHECKPOINT_FILES[0]}"]
-            for name in CHECKPOINT_FILES[1:]:
-                test += ["-a", "-f", f"{folder}/{name}"]
-            complete = (await self.ssh.run(node, test, check=False, timeout=30)).ok
-            return Side(node, Copy.RUNNING if d["State"]["Running"] else Copy.STOPPED, complete)
+                return Side(node, Copy.ABSENT, armed=facts.armed)
+            return Side(node, _copy(d, facts), _images(facts), running_s=_running_s(d, facts), armed=facts.armed,
+                        answers=await self._answers(criu, d) if node == self.target and pid else True)
         except EngineAPIError as exc:  # the engine answered with an error (e.g. a 500 from inspect)
             return Side(node, Copy.UNKNOWN, doubt=f"answers, but its engine failed: {_one_line(exc)}")
         except NodeError:
             off = await asyncio.to_thread(self.bmc_power, node) is False if self.bmc_power else False
             return Side(node, Copy.UNKNOWN, fenced=off)
 
+    async def _answers(self, criu: NodeCriu, d: dict[str, Any]) -> bool:
+        """Whether the copy `d` accepts connections on every port that answered on the source."""
+        if not self.facts.answering:
+            return True
+        addresses = spec.probe_addresses(d, self.facts.answering)
+        return set(addresses) <= await criu.answering(addresses)
+
     async def run(self, checkpointed: bool, failure: str | None) -> tuple[MigrationState, str | None]:
         """Settle; returns the migration's state (terminal, or IN_DOUBT) and the reason to record."""
         note = failure
         for _ in range(MAX_ROUNDS):
             src, dst = await asyncio.gather(self.side(self.source), self.side(self.target))
-            d = decide(src, dst)
+            d = decide(src, dst, self.settings.grace_seconds)
             if d.move is Move.WAIT:
                 return MigrationState.IN_DOUBT, _join(note, d.why)
             if d.move is Move.LOST:
                 return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
             self.guard()
             try:
-                await self.act(d)
+                armed = [await self.criu(s.node) for s in (src, dst) if s.armed]
+                await asyncio.gather(*(c.disarm() for c in armed))
+                if d.move is Move.SOAK:
+                    await asyncio.sleep(max(0.1, self.settings.grace_seconds - dst.running_s))
+                else:
+                    await self.act(d)
             except (PeakpackError, EngineAPIError, OSError) as exc:
                 return MigrationState.IN_DOUBT, _join(note, f"{d.move.value} failed: {_one_line(exc)}; retried "
                                                            "at the next reconciliation")
-            if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH):
-                note = _join(note, d.why)
+            if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH) or (
+                    note is None and d.move in (Move.REMOVE_TARGET, Move.RESUME_SOURCE)):
+                note = _join(note, d.why)  # what lost the state, or why a migration without error goes back
             if d.move is Move.DONE_FORWARD:
                 return MigrationState.SUCCEEDED, note
             if d.move is Move.DONE_BACK:
@@ -179,22 +212,57 @@ class Settler:
                 await self.engines.call(src, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_FORWARD:
                 await self._finalize_target()
-            case Move.KEEP_SOURCE:
+            case Move.REMOVE_TARGET:
                 await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_BACK:
                 await self._remove_checkpoint(src)
                 await self._remove_volumes(dst)
                 await self._set_restart_policy(src)
-            case Move.RESTORE_SOURCE:
-                await self._start(src, checkpoint=True)
+                await self._remove_work_dirs()
+            case Move.RESUME_SOURCE:
+                await self._resume_source()
+            case Move.COMPLETE_TRANSFER:
+                await self.transfer_metadata()
             case Move.RESTORE_TARGET:
-                await self._start(dst, checkpoint=True)
+                await self._restore_target()
             case Move.START_SOURCE_FRESH:
-                await self._start(src, checkpoint=False)
+                await self._start(src)
             case Move.START_TARGET_FRESH:
-                await self._start(dst, checkpoint=False)
+                await self._start(dst)
 
-    async def _start(self, node: str, checkpoint: bool) -> None:
+    async def transfer_metadata(self) -> None:
+        """The source's half of the checkpoint (the dump's metadata, ~30 KB, and Docker's
+        descriptors.json) into the target's, which holds the pages: the target's checkpoint is
+        complete once Docker's folder there is renamed from `.partial`, the last thing done."""
+        ids = await asyncio.gather(*(self._container_id(n) for n in (self.source, self.target)))
+        here, there = await asyncio.gather(self.criu(self.source), self.criu(self.target))
+        payload = await here.send(f"{await self.checkpoint_dir(self.source, ids[0])}/descriptors.json")
+        await there.receive(payload, await self.checkpoint_dir(self.target, ids[1]))
+
+    async def _container_id(self, node: str) -> str:
+        d = await self.engines.inspect_container_or_none(node, self.container)
+        if d is None:
+            raise NodeError(node, f"{self.container} is gone")
+        return str(d["Id"])
+
+    async def _resume_source(self) -> None:
+        """Undo leave-stopped in place: CRIU's network lock removed, every process continued."""
+        d = await self.engines.inspect_container_or_none(self.source, self.container)
+        if d is None or not d["State"]["Running"]:
+            raise NodeError(self.source, f"{self.container} is no longer there to resume")
+        await (await self.criu(self.source)).resume(int(d["State"]["Pid"]))
+
+    async def _restore_target(self) -> None:
+        """`docker start --checkpoint` on the target, with runc.conf there pointing CRIU at the
+        images (under the node's lock, stripped again whatever happens)."""
+        criu = await self.criu(self.target)
+        await criu.arm("target", [f"images-dir {criu.dir}/images"])
+        try:
+            await self._start(self.target, checkpoint=True)
+        finally:
+            await criu.disarm()
+
+    async def _start(self, node: str, checkpoint: bool = False) -> None:
         argv = ["docker", "start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
         await self.ssh.run(node, argv, timeout=self.restore_timeout)
         await asyncio.sleep(0.3)  # a restore that dies at once shows as stopped when observed next
@@ -205,14 +273,21 @@ class Settler:
         await self._set_restart_policy(self.target)
         await self._remove_checkpoint(self.target)
         await self._remove_volumes(self.source)
+        await self._remove_work_dirs()
 
     async def _remove_checkpoint(self, node: str) -> None:
-        """This migration's checkpoint folder on `node` (and a `.partial` one): a whole memory image
-        that docker keeps after `start --checkpoint`; called only once a copy runs from it."""
+        """This migration's checkpoint folder on `node` (and a `.partial` one): docker keeps it
+        after `start --checkpoint`; called only once a copy runs without it."""
         d = await self.engines.inspect_container_or_none(node, self.container)
         if d is not None:
             folder = await self.checkpoint_dir(node, str(d["Id"]))
             await self.ssh.run(node, ["rm", "-rf", "--", folder, f"{folder}.partial"])
+
+    async def _remove_work_dirs(self) -> None:
+        """This migration's CRIU folders (the target's holds the container's memory), once a copy
+        runs without them."""
+        nodes = [await self.criu(n) for n in (self.source, self.target)]
+        await asyncio.gather(*(c.remove() for c in nodes))
 
     async def _set_restart_policy(self, node: str) -> None:
         policy = self.facts.restart_policy
@@ -226,6 +301,35 @@ class Settler:
         for name in self.facts.volumes:
             if await self.engines.call_or_none(node, lambda api, n=name: api.inspect_volume(n)) is not None:
                 await self.engines.call(node, lambda api, n=name: api.remove_volume(n, force=True))
+
+
+def _copy(d: dict[str, Any], facts: Facts) -> Copy:
+    """Docker's state plus CRIU's marks: a "running" container whose network CRIU locked was dumped
+    and left stopped (or its lazy dump failed); one restored post-copy whose page transfer ended
+    early runs with holes in its memory."""
+    if not d["State"]["Running"]:
+        return Copy.STOPPED
+    if facts.locked_net:
+        return Copy.DUMPED
+    return Copy.PARTIAL if facts.lazy is LazyPages.CUT else Copy.RUNNING
+
+
+def _images(facts: Facts) -> Images:
+    if facts.complete:
+        return Images.COMPLETE
+    if facts.pages:
+        return Images.PAGES
+    return Images.DUMP if facts.dump else Images.NONE
+
+
+def _running_s(d: dict[str, Any], facts: Facts) -> float:
+    """Seconds since Docker started the copy, by its node's clock (0 when not running)."""
+    started = str(d["State"].get("StartedAt") or "")
+    if not d["State"]["Running"] or not started.startswith(("1", "2")):
+        return 0.0
+    head, _, frac = started.rstrip("Z").partition(".")
+    at = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+    return max(0.0, facts.now - at.timestamp())
 
 
 def _join(a: str | None, b: str | None) -> str | None:

@@ -68,6 +68,21 @@ def published_ports(d: Inspect) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def probe_addresses(d: Inspect, ports: Iterable[str]) -> tuple[str, ...]:
+    """'ADDRESS:PORT' where the server behind each of `ports` ('PORT/tcp', of `published_ports`)
+    that `d` publishes is reached from its node: the container's own address and port, since the
+    node's published port is Docker's proxy, which accepts connections whether or not the server
+    behind it still does."""
+    addresses = [n.get("IPAddress") for n in (d["NetworkSettings"].get("Networks") or {}).values()]
+    address = next((a for a in addresses if a), None)
+    found = set()
+    for spec, bindings in (d["HostConfig"].get("PortBindings") or {}).items():
+        port, _, proto = spec.partition("/")
+        if address and any(f"{b.get('HostPort')}/{proto or 'tcp'}" in ports for b in bindings or ()):
+            found.add(f"{address}:{port}")
+    return tuple(sorted(found))
+
+
 def user_networks(d: Inspect) -> list[str]:
     """User-defined networks the container is attached to (to be present on the target)."""
     return sorted(n for n in (d["NetworkSettings"].get("Networks") or {}) if n not in BUILTIN_NETWORKS)

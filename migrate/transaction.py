@@ -2,19 +2,27 @@
 
 preflight (nothing changes on either node unless every check passes) -> create the same networks,
 volumes and container on the target from the source's Engine API inspect document -> pre-copy the
-writable layer and volumes while the container runs -> checkpoint on the source (stops it) ->
-copy only what changed since the pre-copy, and the checkpoint, node to node -> restore on the
-target -> verify -> remove the source container, its volumes and the checkpoints.
+writable layer and volumes while the container runs -> arm both nodes' CRIU (`criu.py`: the node's
+lock, a runc.conf block, a page server on the target) -> FREEZE: `docker checkpoint create
+--leave-running` on the source, whose pages stream straight into the target's page server and
+which CRIU leaves dumped and stopped, intact -> copy the dump's metadata (~30 KB), Docker's
+descriptors.json and what changed in the files since the pre-copy -> restore on the target:
+UNFREEZE -> verify -> settle: once the target has run for the grace period, remove the source.
+
+Post-copy (`MigrationSettings.post_copy`, off by default, never for containers labelled
+`peakpack.critical=true`): the dump leaves the memory on the source, which serves it; the target
+is restored at once and fetches its pages while it runs, and counts as migrated only once its
+lazy-pages daemon reports every page arrived.
 
 Every step is journaled in the store before and after it runs; what settling needs later (the
 restart policy, the volumes) is journaled when preflight ends, before anything changes. Both
-copies carry restart policy "no" while the migration is open (the source from the freeze on, the
+copies carry restart policy "no" while the migration is open (the source from arming on, the
 target from its creation), so no engine restarts either behind our back, even after a power cut.
 Every way out, success included, goes through `settle.Settler`: it observes both nodes and acts
-only on what it sees (remove the source once the target runs; restore the source from its
-checkpoint when nothing runs; wait, IN_DOUBT, when a node that matters does not answer). The
-invariant: a container runs on at most one node at any time, and the latest checkpointed state
-is never destroyed before a copy runs from it.
+only on what it sees (remove the source once the target runs; resume the dumped source in place
+when the target does not; wait, IN_DOUBT, when a node that matters does not answer). The
+invariant: a container runs on at most one node at any time, and its state is never destroyed
+before a copy runs from it.
 """
 
 from __future__ import annotations
@@ -29,11 +37,12 @@ from peakpack.orchestrator.domain.errors import FencedError, MigrationError, Nod
 from peakpack.orchestrator.domain.inputs import container_name, node_name
 from peakpack.orchestrator.domain.model import Inventory, NodeSpec
 from peakpack.orchestrator.domain.ports import Journal
+from peakpack.orchestrator.domain.settings import CRITICAL_LABEL, MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import room, spec
+from . import criu, room, spec
 from .copy import copy_all, stream_image
 from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
@@ -45,13 +54,10 @@ StepHook = Callable[[str], Awaitable[None]]
 #: CRIU below this cannot dump a process holding a TCP/UDP socket on Linux >= 6.16
 MIN_CRIU = (4, 2)
 #: the longest a checkpoint, an image pull and the flush before the freeze may take (`service
-#: install` sizes its stop timeout by the longest step)
+#: install` sizes its stop timeout by the longest step; a dump's own deadline stays below it)
 CHECKPOINT_TIMEOUT_S = 900.0
 PULL_TIMEOUT_S = 900.0
 SYNC_TIMEOUT_S = 600.0
-#: options CRIU must read when runc calls it, so established TCP connections do not block a dump
-CRIU_RUNC_CONF = "/etc/criu/runc.conf"
-TCP_OPTIONS = ("tcp-close", "tcp-established")
 
 
 @dataclass
@@ -64,6 +70,8 @@ class Timings:
     bytes: int | None = None  # moved while the container was frozen
     precopy_bytes: int | None = None
     frozen_at: float | None = None
+    #: post-copy: from the freeze until the last page had arrived on the target
+    last_page_ms: float | None = None
     started: float = field(default_factory=time.monotonic)
 
 
@@ -89,18 +97,14 @@ def criu_version(text: str) -> tuple[int, ...]:
     return ()
 
 
-def handles_tcp(runc_conf: str) -> bool:
-    """Whether a CRIU config (`/etc/criu/runc.conf`) tells CRIU what to do with established TCP
-    connections; without it a container with one cannot be checkpointed."""
-    return any(line.strip() in TCP_OPTIONS for line in runc_conf.splitlines())
-
-
 class Migration:
     def __init__(self, ssh: SshPool, engines: EnginePool, store: Journal, inventory: Inventory, container: str,
                  source: str, target: str, action_id: int | None = None, hook: StepHook | None = None,
                  progress: Callable[[str], None] | None = None, bmc_power: PowerProbe | None = None,
-                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+                 stop_requested: Callable[[], bool] = lambda: False, settings: MigrationSettings | None = None
+                 ) -> None:
         self.ssh, self.engines, self.store, self.inventory = ssh, engines, store, inventory
+        self.settings = settings or inventory.migration
         self.bmc_power = bmc_power
         self.stop_requested = stop_requested
         self.container = container_name(container)
@@ -117,6 +121,10 @@ class Migration:
         self.dst_upper = ""
         self.dst_volume_dirs: dict[str, str] = {}
         self.networks_to_create: list[dict[str, Any]] = []
+        self.memory_mb = 0.0      # the source container's resident memory (its dump's deadline)
+        self.post_copy = False    # this migration runs post-copy (the setting, and not critical)
+        self.port = 0             # the page server's (post-copy: the source's lazy dump's) port
+        self._dump: asyncio.Task[None] | None = None  # post-copy: the source's dump, serving pages
 
     async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
                     nbytes: Callable[[], int | None] = lambda: None) -> None:
@@ -150,8 +158,9 @@ class Migration:
         try:
             for name, fn, nbytes in (
                 ("creating", self.create, None), ("precopy", self.precopy, lambda: self.t.precopy_bytes),
-                ("checkpointing", self.checkpoint, None), ("transferring", self.transfer, lambda: self.t.bytes),
-                ("restoring", self.restore, None), ("verifying", self.verify, None),
+                ("arming", self.arm, None), ("checkpointing", self.checkpoint, None),
+                ("transferring", self.transfer, lambda: self.t.bytes), ("restoring", self.restore, None),
+                ("verifying", self.verify, None),
             ):
                 if self.t.frozen_at is None and self.stop_requested():
                     raise MigrationError("the controller is stopping; nothing was frozen yet")
@@ -160,6 +169,7 @@ class Migration:
             raise  # another controller leads now and settles this migration from the facts: hands off
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
             failure = _one_line(exc)
+            await self._stop_lazy_dump()
         result = await self.settle(failure)
         if result.state is not MigrationState.IN_DOUBT:
             await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
@@ -171,7 +181,7 @@ class Migration:
             await self.hook("settling")
         self.progress("settling" if failure is None else "rolling back")
         settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
-                          self.bmc_power, self.restore_timeout(), guard=self.store.check_fence)
+                          self.bmc_power, self.restore_timeout(), self.settings, guard=self.store.check_fence)
         try:
             sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
         except FencedError:
@@ -226,13 +236,20 @@ class Migration:
                                       "copied only between overlay2 engines")
         self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
         await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
-        versions, (here, there) = await asyncio.gather(
-            asyncio.gather(*(self._criu(n) for n in (self.source, self.target))),
+        (versions, crius), (here, there) = await asyncio.gather(
+            self._criu_facts(int(src["State"]["Pid"])),
             asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
         )
         if versions[0] != versions[1]:
             raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "
                                  "install the same version on both")
+        for node, facts in zip((self.source, self.target), crius):
+            if (why := criu.why_not_ready(node, facts)) is not None:
+                raise MigrationError(why)
+        if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
+            raise MigrationError(why)
+        self.memory_mb = crius[0].memory_mb
+        route = await self._route(crius[0])
         why_not = spec.why_not_onto(src, here, there, self.target)
         if why_not is not None:
             raise MigrationError(f"--to: {why_not}")
@@ -242,9 +259,12 @@ class Migration:
             if name not in there.networks:
                 self.networks_to_create.append(spec.network_create_args(here.networks[name]))
         await self._ensure_image()
+        tcp = {p: spec.probe_addresses(src, (p,)) for p in spec.published_ports(src) if p.endswith("/tcp")}
+        answered = await self.src_criu.answering(sorted({a for addresses in tcp.values() for a in addresses}))
         self.facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
-                           volumes=tuple(v.name for v in spec.volumes(src)),
-                           summary=f"criu {versions[0]}, image {src['Config']['Image']}")
+                                    volumes=tuple(v.name for v in spec.volumes(src)),
+                                    summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}",
+                                    answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered))
         return self.facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _inspect_all(self, node: str) -> list[dict[str, Any]]:
@@ -253,7 +273,12 @@ class Migration:
 
         return await self.engines.call(node, all_containers)
 
-    async def _criu(self, node: str) -> str:
+    async def _criu_facts(self, pid: int) -> tuple[tuple[str, str], tuple[criu.Preflight, criu.Preflight]]:
+        """Both nodes' CRIU versions and facts (the source's with the container's processes)."""
+        got = await asyncio.gather(self._criu(self.source, pid), self._criu(self.target, 0))
+        return (got[0][0], got[1][0]), (got[0][1], got[1][1])
+
+    async def _criu(self, node: str, pid: int) -> tuple[str, criu.Preflight]:
         res = await self.ssh.run(node, ["criu", "check"], check=False)
         if not res.ok or "Looks good" not in res.stdout + res.stderr:
             raise NodeError(node, "`criu check` fails; install CRIU >= 4.2 (scripts/install-system-deps.sh)")
@@ -261,11 +286,25 @@ class Migration:
         if version < MIN_CRIU:
             raise NodeError(node, f"CRIU {'.'.join(map(str, version)) or '?'} cannot dump TCP sockets on this "
                                   "kernel; install CRIU >= 4.2 (scripts/build-criu.sh)")
-        conf = await self.ssh.run(node, ["cat", CRIU_RUNC_CONF], check=False)
-        if not handles_tcp(conf.stdout):
-            raise NodeError(node, f"{CRIU_RUNC_CONF} does not say tcp-close; add that line so open TCP "
-                                  "connections are closed on restore instead of blocking the checkpoint")
-        return ".".join(map(str, version))
+        facts = await self.ssh.run(node, criu.script("preflight", *([pid] if pid else [])), timeout=60)
+        return ".".join(map(str, version)), criu.parse_preflight(node, facts.stdout)
+
+    async def _route(self, source: criu.Preflight) -> str:
+        """Post-copy when the setting says so, the container is not labelled critical and both nodes
+        can (the source may grow its pipes, the target's kernel has userfaultfd); else pages to the
+        target before the restore. Returns what the journal records."""
+        if not self.settings.post_copy:
+            return "pages to the target"
+        if spec.labels(self.src).get(CRITICAL_LABEL, "").lower() == "true":
+            return f"pages to the target (post-copy is never used for {CRITICAL_LABEL}=true)"
+        if (why := criu.why_not_post_copy(self.source, source)) is not None:
+            raise MigrationError(why)
+        check = await self.ssh.run(self.target, ["criu", "check", "--feature", "uffd-noncoop"], check=False)
+        if not check.ok:
+            raise NodeError(self.target, "its kernel lacks userfaultfd (`criu check --feature uffd-noncoop` "
+                                         "fails), which post-copy needs; turn [migration] post_copy off")
+        self.post_copy = True
+        return "post-copy"
 
     async def _node_facts(self, node: str, paths: Sequence[str]) -> spec.NodeFacts:
         """The facts `spec.why_not_onto` judges, read as the observer reads them."""
@@ -344,10 +383,12 @@ class Migration:
         return pairs
 
     async def _copy_all(self, pairs: list[tuple[str, str]]) -> int:
-        return await copy_all(self.ssh, self.source, pairs, self._spec(self.target))
+        return await copy_all(self.ssh, self.source, pairs, self._spec(self.target), control=f"{self.src_criu.dir}/ssh")
 
     async def precopy(self) -> str:
-        """While the container runs: most of its files reach the target before the freeze."""
+        """While the container runs: most of its files reach the target before the freeze (over an
+        SSH connection that stays open for the copy while frozen)."""
+        await self.src_criu.make("")
         self.t.precopy_bytes = await self._copy_all(self._copies())
         # flush what was written before the freeze, so the dump does not queue behind it
         await asyncio.gather(*(self.ssh.run(n, ["sync"], timeout=SYNC_TIMEOUT_S) for n in (self.source, self.target)))
@@ -361,46 +402,138 @@ class Migration:
     def dst_checkpoint(self) -> str:
         return checkpoint_path(self.dst_root, self.target_id, self.mid)
 
-    async def checkpoint(self) -> None:
-        """Hold the source's restart policy at "no" (the checkpoint stops it; no engine may restart
-        it), then freeze, dump and stop it."""
+    @property
+    def src_criu(self) -> criu.NodeCriu:
+        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid)
+
+    @property
+    def dst_criu(self) -> criu.NodeCriu:
+        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid)
+
+    @property
+    def _sockets(self) -> str:
+        """The source's sockets of this migration's page transfer (`ss` filter): its connection to
+        the target's page server, or, post-copy, its lazy dump's listener and connection."""
+        return f"sport = :{self.port}" if self.post_copy else f"dport = :{self.port}"
+
+    async def arm(self) -> str:
+        """Before the freeze, both nodes locked and their runc.conf blocks written: the target's
+        page server listening (post-copy: its images folder ready) and pointing its restore at it;
+        the source's dump sending its pages there (post-copy: serving them itself) and leaving the
+        source stopped. The source's restart policy is held at "no" from here on: no engine may
+        restart the dumped source behind our back."""
         if self.facts.restart_policy.get("Name") not in (None, "", "no"):
             await self.engines.call(self.source, lambda api: api.update_container(self.container,
                                                                                    restart_policy=NO_RESTART))
+        src, dst, s = self.src_criu, self.dst_criu, self.settings
+        source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
+        await asyncio.gather(src.lock("source"), dst.lock("target"), src.make("dump"), dst.make("images"))
+        if self.post_copy:
+            self.port = s.page_server_port + self.mid % s.page_server_ports
+            source_lines = ["lazy-pages", f"address {source_address}"]
+            target_lines = [f"work-dir {dst.dir}/images", "lazy-pages"]
+        else:
+            self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
+                                              self._dump_deadline() + 60)
+            source_lines, target_lines = ["page-server", f"address {target_address}"], []
+        await asyncio.gather(
+            src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped"]),
+            dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines]))
+        return f"{'post-copy from' if self.post_copy else 'page server on'} port {self.port}"
+
+    async def checkpoint(self) -> str:
+        """FREEZE: the dump, left stopped on the source (Docker still calls it running). Pages go to
+        the target's page server as they are read; post-copy, the step ends once the dump is ready to
+        serve them (the source listens), and the dump itself ends only when the target has them all.
+        A dump still running at its deadline is aborted on the node, and CRIU resumes the source."""
+        deadline = self._dump_deadline()
         t0 = time.monotonic()
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
-        await self.ssh.run(self.source, ["docker", "checkpoint", "create", self.container, checkpoint_name(self.mid)],
-                           timeout=CHECKPOINT_TIMEOUT_S)
+        dump = self.src_criu.checkpoint(self.container, checkpoint_name(self.mid), deadline, self._sockets)
+        if self.post_copy:
+            self._dump = asyncio.ensure_future(dump)
+            while not self._dump.done() and not await self.src_criu.listening(self.port):
+                await asyncio.sleep(0.02)
+            if self._dump.done():
+                self._dump.result()  # its error, if any
+                raise MigrationError(f"{self.container}: the lazy dump on {self.source} ended before serving pages")
+        else:
+            await dump
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
+        return "ready to serve its pages" if self.post_copy else "dumped and stopped"
 
     async def transfer(self) -> str:
-        """While frozen: only what changed since the pre-copy, and the checkpoint itself."""
+        """While frozen: the dump's metadata and Docker's descriptors.json into the target's images
+        (post-copy: from runc's work folder, the checkpoint still runs), and what changed in the
+        files since the pre-copy; then the source's block is stripped (post-copy: the target's
+        lazy-pages daemon starts instead)."""
         t0 = time.monotonic()
-        partial = self.dst_checkpoint + ".partial"
-        self.t.bytes = await self._copy_all([*self._copies(), (self.src_checkpoint + "/", partial + "/")])
-        # renamed only once complete: a checkpoint folder on the target is always a whole one
-        await self.ssh.run(self.target, ["mv", "-T", partial, self.dst_checkpoint])
+        src = self.src_criu
+        if self.post_copy:
+            descriptors = f"{await src.image_path(str(self.src['Id']))}/descriptors.json"
+        else:
+            descriptors = f"{self.src_checkpoint}/descriptors.json"
+        payload = await src.send(descriptors)
+        done_with_source = [] if self.post_copy else [src.release()]  # post-copy: it serves pages still
+        copied, *_ = await asyncio.gather(self._copy_all(self._copies()),
+                                          self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
+        self.t.bytes = copied + len(payload) * 3 // 4
+        if self.post_copy:
+            await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port,
+                                           self._dump_deadline())
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
 
+    def _dump_deadline(self) -> float:
+        """Seconds the dump (post-copy: the page transfer) may run before it is aborted on the node:
+        the setting's, within the longest a checkpoint step may take (`CHECKPOINT_TIMEOUT_S`)."""
+        return min(self.settings.dump_deadline_s(self.memory_mb), CHECKPOINT_TIMEOUT_S - 60)
+
     def restore_timeout(self) -> float:
-        """CRIU restores at ~25 MB/s here; allow 5 MB/s plus a minute before calling it stuck."""
-        return 60.0 + (self.t.bytes or 0) / 5e6
+        """CRIU restores at ~25 MB/s here or faster; allow 5 MB/s plus a minute before calling it stuck."""
+        return 60.0 + self.memory_mb / 5
 
     async def restore(self) -> None:
+        """UNFREEZE: the target restored from the images its runc.conf block points CRIU at; then
+        its block is stripped (post-copy: its lazy-pages daemon goes on feeding it)."""
         t0 = time.monotonic()
         await self.ssh.run(self.target, ["docker", "start", "--checkpoint", checkpoint_name(self.mid), self.container],
                            timeout=self.restore_timeout())
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
+        await self.dst_criu.release()
 
-    async def verify(self) -> None:
+    async def verify(self) -> str:
+        """The target runs; post-copy, every page has arrived (the source's dump ends when they are
+        all served, the target's lazy-pages daemon says how many arrived). Whether it keeps running
+        for the grace period is judged when settling, while the source can still resume."""
+        detail = "running"
+        if self._dump is not None and self.t.frozen_at is not None:
+            await self._dump
+            if await self.dst_criu.lazy_pages_ended() is not criu.LazyPages.DONE:
+                raise MigrationError(f"{self.container}: post-copy to {self.target} ended before every page "
+                                     f"arrived (see {self.dst_criu.dir}/lazy-pages.log there)")
+            self.t.last_page_ms = (time.monotonic() - self.t.frozen_at) * 1000
+            await self.src_criu.release()
+            detail = f"every page arrived {self.t.last_page_ms / 1000:.2f} s after the freeze"
         await asyncio.sleep(0.3)
         got = await self.engines.inspect_container_or_none(self.target, self.container)
         if got is None or not got["State"]["Running"]:
             raise MigrationError(f"{self.container}: restored on {self.target} but not running")
+        return detail
+
+    async def _stop_lazy_dump(self) -> None:
+        """After a failure, a lazy dump still serving pages is aborted now rather than at its
+        deadline (CRIU then leaves the source as it was: settling resumes it)."""
+        if self._dump is None or self._dump.done():
+            return
+        try:
+            await self.src_criu.abort(self._sockets)
+            await asyncio.wait_for(self._dump, 60)
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - settling judges the source from its facts
+            self._dump.cancel()
 
     def _finish(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
         result = self._result(state, reason, refused)

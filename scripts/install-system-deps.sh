@@ -30,6 +30,8 @@ PACKAGES=(
   procps           # sysctl: the lab switches on conntrack byte counters in each node (traffic between
                    # containers is read from /proc/net/nf_conntrack, so the `conntrack` tool is not needed)
   busybox-static   # the lab image's only binary
+  gcc              # builds tests/support/memhold.c, the memory-integrity workload (static, so
+  libc6-dev        # it runs in the lab's busybox image)
   criu             # runtime libraries; replaced by 4.2.x below when its checks fail
   xz-utils         # unpacks CRIU's source tarball
   postgresql       # the store is also tested against a real PostgreSQL server

@@ -28,4 +28,5 @@ def remembered(store: Journal, inventory: Inventory, snapshot: ClusterSnapshot, 
     since = now - timedelta(seconds=max(inventory.planner.grace_seconds, inventory.planner.forecast.window_seconds))
     return Remembered(idle_since=idle, woken_at=store.power.woken_since(since), quarantined=store.power.quarantined(),
                       moved_at=store.migrations.moved_since(since),
+                      frozen_history=tuple(store.migrations.frozen_history()),
                       lowered=lowered_caps(store.pressure.history(since=since), inventory.planner))

@@ -8,8 +8,11 @@ power it causes (the nodes' power curves at their loads, as `cluster_metrics` co
 
 Frozen time of each migration: a least-squares line of frozen ms over the container's memory MB,
 fitted to the SUCCEEDED migrations in the store, or, until there are `MIN_FIT_POINTS` of them, the
-line measured on the lab (docs/migration.md, "touched MB" vs "frozen s": 2.7-3.4 s at 16 MB,
-6-7 s at 64 MB, 19-25 s at 256 MB). Pure: data in, data out.
+line measured on the lab for the default route, pages straight to the target (docs/migration.md,
+"Measured": memcached with 256 MB / 1 GB / 2 GB of items froze 2.24-2.31 / 3.20-4.17 / 9.39-9.94
+s). A store that still holds migrations of the route before (Docker's own checkpoint path, about
+ten times slower) fits them too until newer ones push them out of its window. Pure: data in, data
+out.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from ..domain.plan import ActionKind, Plan, apply_action
 from ..domain.settings import PlannerSettings
 
 #: frozen ms = DEFAULT_FROZEN_MS + DEFAULT_FROZEN_MS_PER_MB x memory MB until the store has a fit:
-#: a line through the lab's measurements in docs/migration.md (16 MB: 3.4 s, 256 MB: 19-25 s)
-DEFAULT_FROZEN_MS = 2000.0
-DEFAULT_FROZEN_MS_PER_MB = 80.0
+#: the least-squares line through `bench/migration_downtime.py --sizes 256,1024,2048 --rounds 2`
+#: (docs/migration.md, "Measured"; 530 ms + 4.22 ms per MB over its six runs of the default route)
+DEFAULT_FROZEN_MS = 530.0
+DEFAULT_FROZEN_MS_PER_MB = 4.22
 #: SUCCEEDED migrations needed before the fit replaces the default
 MIN_FIT_POINTS = 3
 

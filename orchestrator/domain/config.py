@@ -38,7 +38,7 @@ from .model import (
     WebConfig,
 )
 from .qos import GuardSettings, QosSettings
-from .settings import NESTED, ForecastSettings, PlannerSettings, QosCapSettings
+from .settings import NESTED, ForecastSettings, MigrationSettings, PlannerSettings, QosCapSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 WEAK_CIPHER_SUITES = (0, 1, 2)
@@ -285,6 +285,28 @@ class _Window(_Strict):
                               self.timezone)
 
 
+class _Migration(_Strict):
+    """`[migration]`: see settings.MigrationSettings (unset keys keep its defaults)."""
+
+    grace_seconds: Annotated[float, Field(ge=0, le=86400)] | None = None
+    post_copy: bool | None = None
+    dump_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = None
+    page_server_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
+    page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> _Migration:
+        first = self.page_server_port or MigrationSettings.page_server_port
+        count = self.page_server_ports or MigrationSettings.page_server_ports
+        if first + count - 1 > 65535:
+            raise ValueError(f"page_server_port + page_server_ports goes past 65535 ({first} + {count}); "
+                             "lower one of them")
+        return self
+
+    def settings(self) -> MigrationSettings:
+        return MigrationSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
+
+
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
@@ -294,6 +316,7 @@ class _Inventory(_Strict):
     windows: list[_Window] = []
     web: _Web | None = None
     review: _Review = _Review()
+    migration: _Migration = _Migration()
     store: _Store = _Store()
     qos: _Qos = _Qos()
 
@@ -484,7 +507,8 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                                        inv.store.prune_rows),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows), qos=inv.qos.settings())
+                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(),
+                     qos=inv.qos.settings())
 
 
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`

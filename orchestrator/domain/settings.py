@@ -98,3 +98,42 @@ class PlannerSettings:
 
 #: the sub-tables of `[planner]`, each a settings dataclass of its own
 NESTED = ("forecast", "qos")
+
+
+#: the label that keeps a container out of post-copy (`MigrationSettings.post_copy`)
+CRITICAL_LABEL = "peakpack.critical"
+
+
+@dataclass(frozen=True)
+class MigrationSettings:
+    """How a live migration runs (inventory `[migration]`; docs/migration.md, "The transaction").
+
+    Memory goes straight to a CRIU page server on the target while Docker keeps owning the
+    container; the source stays dumped and stopped, intact, until the target has run for
+    `grace_seconds`, and any failure before that resumes it in place.
+    """
+
+    #: how long the target must run before the source's stopped copy is removed: an application
+    #: that dies on its closed connections right after the restore is resumed on the source
+    #: instead of having lost its memory
+    grace_seconds: float = 5.0
+    #: post-copy (off by default): the target is restored before its memory arrives and fetches
+    #: its pages from the stopped source while it runs, so the frozen time stops growing with
+    #: memory. The risk: from the restore until the last page has arrived the container's memory
+    #: is split over two nodes. A failure of either node or of the link between them then rolls
+    #: the container back to the source, and whatever it did on the target meanwhile (writes it
+    #: acknowledged to clients) is lost; if the source itself is lost in that window, the
+    #: container is lost. Containers labelled `peakpack.critical=true` never migrate this way.
+    post_copy: bool = False
+    #: a dump still running (post-copy: pages still being served) after this many seconds plus one
+    #: per 20 MB of the container's memory is aborted on the source, which CRIU then resumes; a
+    #: network partition would otherwise stall it for good (CRIU's transfer has no timeout)
+    dump_timeout_seconds: float = 60.0
+    #: page servers listen on the target on a port from `page_server_port` up to
+    #: `page_server_port + page_server_ports - 1`: nodes must reach each other on these
+    page_server_port: int = 27000
+    page_server_ports: int = 1000
+
+    def dump_deadline_s(self, memory_mb: float) -> float:
+        """Seconds a dump of `memory_mb` may take before it is aborted."""
+        return self.dump_timeout_seconds + memory_mb / 20.0

@@ -78,7 +78,7 @@ def test_failed_restore_rolls_back_to_the_source_with_state(clean_lab: Lab, tmp_
 
     async def break_target(step: str) -> None:
         if step == "restoring":  # a real failure: the memory images never arrived on the target
-            lab.exec("node-2", ["sh", "-c", "find \"$1\" -path '*checkpoints/peakpack-*' -name 'pages-*.img' -delete",
+            lab.exec("node-2", ["sh", "-c", "find \"$1\"/peakpack-criu -path '*/images/pages-*.img' -delete",
                                 "sh", str(lab.node("node-2").dir / "docker")])
 
     with Store.open(f"sqlite:///{db}") as store, RemoteShell(inv) as shell:
@@ -96,6 +96,7 @@ def test_failed_restore_rolls_back_to_the_source_with_state(clean_lab: Lab, tmp_
         left = lab.exec(node, ["find", str(lab.node(node).dir / "docker" / "containers"), "-path",
                                f"*/checkpoints/peakpack-{result.migration_id}*"])
         assert left.returncode == 0 and left.stdout.strip() == "", (node, left.stdout, left.stderr)
+        assert not (lab.node(node).docker_root / "peakpack-criu" / str(result.migration_id)).exists(), node
 
 
 def test_changed_host_key_is_refused(clean_lab: Lab, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.decide.predict import frozen_model
 from peakpack.orchestrator.domain.budgets import Allowance
 from peakpack.orchestrator.domain.model import Container
 from tests.support.synthetic import node, problem_from
@@ -35,6 +36,16 @@ def test_a_move_names_the_node_it_empties_and_the_watts_saved() -> None:
         assert "W (power model" in why[a.container]
     stays = [c for c in why if c not in {a.container for a in plan.migrations}]
     assert stays and all("not worth its migration cost" in why[c] for c in stays)
+    frozen = frozen_model(()).at(512) / 1000  # the default line until the store has migrations
+    assert all(f"frozen about {frozen:.1f} s" in why[c] for c in stays)
+
+
+def test_not_worth_names_the_frozen_time_the_stores_migrations_predict() -> None:
+    *_, problem = explained()
+    fitted = replace(problem, frozen=frozen_model([(100.0, 1000.0), (200.0, 2000.0), (300.0, 3000.0)]))
+    plan = build_plan(fitted, get_policy("peakpack").solve(fitted), "peakpack")
+    stays = [c for c in plan.explanations if c not in {a.container for a in plan.migrations}]
+    assert stays and all("frozen about 5.1 s" in plan.explanations[c] for c in stays)  # 10 ms per MB x 512 MB
 
 
 def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from peakpack.db.store import Store
 from peakpack.migrate.batch import reconcile_migrations
+from peakpack.migrate.resolve import Images
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import demo_inventory
 from peakpack.orchestrator.domain.errors import FencedError
@@ -29,12 +30,12 @@ def taken_over(tmp_path: Path) -> tuple[Store, Store]:
 
 def test_a_fenced_reconciliation_restores_nothing(tmp_path: Path) -> None:
     old, new = taken_over(tmp_path)
-    open_migration(old, "web")  # left at the checkpoint: the source holds a complete one
+    open_migration(old, "web")  # left at the checkpoint: the source dumped and stopped, resumable in place
     new.fence(new.lease.acquire("serve@new:1:x:y", 60, replacing="serve@old:1:x:y"))
-    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=False, checkpoint=True)})
+    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=True, images=Images.DUMP, dumped=True, armed=True)})
     with pytest.raises(FencedError, match="serve@new:1:x:y took over"):
         asyncio.run(reconcile_migrations(nodes, nodes, old))  # type: ignore[arg-type]
-    assert not changes(nodes)  # the new leader restores it, once
+    assert not changes(nodes)  # the new leader resumes it, once (nor is the node disarmed by the old one)
     old.close()
     new.close()
 
@@ -42,8 +43,8 @@ def test_a_fenced_reconciliation_restores_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("failure", [None, "the restore timed out"])
 def test_a_fenced_migration_settles_nothing_and_says_so(tmp_path: Path, failure: str | None) -> None:
     old, new = taken_over(tmp_path)
-    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=False, checkpoint=True),
-                       ("node-2", "web"): Copy(DST_ID, running=True, checkpoint=True)})
+    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=True, images=Images.DUMP, dumped=True),
+                       ("node-2", "web"): Copy(DST_ID, running=True, images=Images.COMPLETE)})
     migration = Migration(nodes, nodes, old, demo_inventory(), "web", "node-1", "node-2")  # type: ignore[arg-type]
     migration.mid = old.migrations.begin("web", "node-1", "node-2")
     migration.t.frozen_at = time.monotonic()  # frozen: settling would finish forward or back
@@ -57,10 +58,11 @@ def test_a_fenced_migration_settles_nothing_and_says_so(tmp_path: Path, failure:
 
 def test_the_fence_is_checked_before_every_action_of_a_settling(tmp_path: Path) -> None:
     """Settling acts in rounds with no journal write between them: a take-over during the first
-    action (restoring the source) stops the second (removing the checkpoint it came from)."""
+    action (restoring the target from the transferred checkpoint) stops the second (removing that
+    checkpoint and the source's leftovers)."""
     old, new = taken_over(tmp_path)
     open_migration(old, "web")
-    nodes = FakeNodes({("node-1", "web"): Copy(SRC_ID, running=False, checkpoint=True)})
+    nodes = FakeNodes({("node-2", "web"): Copy(DST_ID, running=False, images=Images.COMPLETE)})
     run = FakeNodes.run
 
     async def run_and_lose(self: FakeNodes, node: str, argv: list[str], **kw: object) -> object:
@@ -75,6 +77,8 @@ def test_the_fence_is_checked_before_every_action_of_a_settling(tmp_path: Path) 
             asyncio.run(reconcile_migrations(nodes, nodes, old))  # type: ignore[arg-type]
     finally:
         FakeNodes.run = run  # type: ignore[method-assign]
-    assert [argv[:3] for _, argv in changes(nodes)] == [["docker", "start", "--checkpoint"]]
+    assert [argv[:3] for _, argv in changes(nodes) if argv[0] == "docker"] == [["docker", "start", "--checkpoint"]]
+    assert [argv[:2] for _, argv in changes(nodes)][-3:] == [["docker", "start"], ["criu", "stop"],
+                                                             ["criu", "unlock"]]  # its own lock released, no more
     old.close()
     new.close()

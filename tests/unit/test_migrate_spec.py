@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from peakpack.migrate import spec
-from peakpack.migrate.transaction import MIN_CRIU, criu_version, handles_tcp
+from peakpack.migrate.criu import handles_tcp
+from peakpack.migrate.transaction import MIN_CRIU, criu_version
 from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import (
@@ -208,8 +209,8 @@ def test_criu_versions_and_the_tcp_option_are_read() -> None:
     assert criu_version("Version: 4.2\nGitID: v4.2\n") == (4, 2)
     assert criu_version("Version: 4.1.1\n") == (4, 1, 1) < MIN_CRIU <= criu_version("Version: 4.2.1")
     assert criu_version("criu: command not found") == ()
-    assert handles_tcp("# peakpack\ntcp-close\n") and handles_tcp("  tcp-established  ")
-    assert not handles_tcp("") and not handles_tcp("# tcp-close\nshell-job\n")
+    assert handles_tcp(b"# peakpack\ntcp-close\n") and handles_tcp(b"  tcp-established  ")
+    assert not handles_tcp(b"") and not handles_tcp(b"# tcp-close\nshell-job\n")
 
 
 # -- the planner honours the rule --------------------------------------------------------------

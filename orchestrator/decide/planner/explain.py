@@ -142,8 +142,9 @@ def _why_stays(
 
 def _not_worth(problem: PlacementProblem, c: Container) -> str:
     cost = problem.weights.migration_cost(c.memory_mb)
-    return (f"not worth its migration cost ({cost:.0f} W averaged over the epoch): moving it "
-            "empties no node worth switching off")
+    frozen = problem.frozen.at(c.memory_mb) / 1000
+    return (f"not worth its migration cost ({cost:.0f} W averaged over the epoch, and frozen about {frozen:.1f} s): "
+            "moving it empties no node worth switching off")
 
 
 def _draws(inv: Inventory, snap: ClusterSnapshot) -> dict[str, float]:

@@ -14,6 +14,7 @@ from ...domain.budgets import Allowance
 from ...domain.model import ClusterSnapshot, Inventory
 from ...domain.plan import SolverReport
 from ...domain.settings import PlannerSettings
+from ..predict import FrozenModel, frozen_model
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class PlacementProblem:
     #: forecast bytes per second between two containers (both directions), by unordered pair of
     #: names (`decide.traffic.edge`); each pair on two nodes costs `Weights.traffic_w_per_mbps`
     traffic: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: what a migration freezes a container for, by its memory (`predict.frozen_model`)
+    frozen: FrozenModel = field(default_factory=lambda: frozen_model(()))
     #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/qos.lowered_caps`)
     lowered_caps: Mapping[str, str] = field(default_factory=dict)
 

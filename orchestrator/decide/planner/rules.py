@@ -31,6 +31,9 @@ class Remembered:
     woken_at: Mapping[str, datetime] = field(default_factory=dict)  # last successful power-on
     quarantined: Mapping[str, str] = field(default_factory=dict)  # node -> why
     moved_at: Mapping[str, datetime] = field(default_factory=dict)  # container -> last migration
+    #: (memory MB, frozen ms) of recent SUCCEEDED migrations: what a migration's frozen time is
+    #: predicted from (`predict.frozen_model`)
+    frozen_history: tuple[tuple[float, float], ...] = ()
     #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/qos.py`)
     lowered: Mapping[str, LoweredCap] = field(default_factory=dict)
 

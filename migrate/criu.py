@@ -1,0 +1,486 @@
+"""CRIU's side of a migration on one node, around Docker's tar round trip (docs/migration.md, "Pages
+straight to the target").
+
+Docker keeps owning the container (it creates, checkpoints, starts and inspects it), but the
+options that send a dump's pages to a `criu page-server` on the target, keep the source stopped
+instead of killing it, or restore post-copy are not options of `docker checkpoint`: CRIU reads
+them from runc's configuration file, /etc/criu/runc.conf, which wins over what runc passes. That
+file is per node, not per container (Docker 20.10 cannot pass the `org.criu.config` annotation),
+so a migration:
+- holds the node's lock (`LOCK`, created exclusively, naming the migration and its role) from
+  before it writes the file until its dump or restore there has returned;
+- appends its own block after the operator's lines (CRIU applies them in order, so ours win),
+  between marker lines naming the migration, and strips exactly that block again on every path,
+  leaving the operator's bytes as they were (`with_block`, `without_block`);
+- keeps what CRIU writes under `<DockerRootDir>/peakpack-criu/<migration>/` on each node (`dump/`
+  on the source: ~30 KB of metadata; `images/` on the target: the pages, then the metadata too),
+  so settling finds it from the migration's id alone;
+- bounds every CRIU process it starts with a deadline that holds on the node even if the
+  controller dies: the page server and the lazy-pages daemon run under `timeout -s KILL`, and a
+  dump still running at its deadline has its socket destroyed (`ss -K`), the one abort after
+  which CRIU resumes the source itself (killing CRIU mid-dump would leave its parasite behind).
+
+Everything here is one SSH command per step (`NODE_SCRIPT`); the pure parts are the runc.conf
+block handling and the parsing of what the node answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.remote import SshPool
+
+LOCK = "/etc/criu/peakpack.lock"
+RUNC_CONF = "/etc/criu/runc.conf"
+#: options a migration's block sets: an operator's line setting one of them would change what
+#: every checkpoint on the node does (and some, like lazy-pages, cannot be switched off again)
+OURS = frozenset({"images-dir", "work-dir", "page-server", "address", "port", "lazy-pages", "leave-running",
+                  "leave-stopped"})
+#: what settling reads on each node and what the pages-to-the-target path runs there
+TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash")
+_BEGIN = "# peakpack migration {mid} begin (removed when the migration ends)"
+_BEGIN_NL = "# peakpack migration {mid} begin (removed when the migration ends, with the line break before it)"
+_END = "# peakpack migration {mid} end"
+_BROUGHT_BREAK = b"with the line break before it"
+_MARK = re.compile(rb"^# peakpack migration (\d+) (begin|end)\b")
+
+
+def work_dir(docker_root: str, migration_id: int) -> str:
+    """This migration's folder on a node: `dump/` (source), `images/` (target), daemons' logs."""
+    return f"{docker_root}/peakpack-criu/{migration_id}"
+
+
+# -- runc.conf: the operator's lines, then ours ------------------------------------------------------
+
+def with_block(conf: bytes, migration_id: int, lines: Sequence[str]) -> bytes:
+    """`conf` with this migration's block (replacing one it already has) after the operator's
+    lines. A file not ending in a line break gets one before the block, and the begin marker says
+    so, so that `without_block` gives back the operator's bytes exactly."""
+    base = without_block(conf, migration_id)
+    begin = _BEGIN if not base or base.endswith(b"\n") else "\n" + _BEGIN_NL
+    block = "\n".join([begin.format(mid=migration_id), *lines, _END.format(mid=migration_id)]) + "\n"
+    return base + block.encode()
+
+
+def without_block(conf: bytes, migration_id: int) -> bytes:
+    """`conf` without this migration's block: what the operator had, byte for byte. When the block
+    brought the line break before it, that goes too if the block was last; if another migration's
+    block follows, that one takes the line break over (and says so); lines the operator added after
+    it keep it, since they need it."""
+    out: list[bytes] = []
+    lines = conf.splitlines(keepends=True)
+    inside = owes_break = False
+    for i, line in enumerate(lines):
+        mark = _MARK.match(line)
+        if mark and int(mark.group(1)) == migration_id:
+            inside = mark.group(2) == b"begin"
+            owes_break = owes_break or (inside and _BROUGHT_BREAK in line)
+            continue
+        if inside:
+            continue
+        if owes_break and i > 0:
+            owes_break = False
+            other = _MARK.match(line)
+            if other and other.group(2) == b"begin" and _BROUGHT_BREAK not in line:
+                line = _BEGIN_NL.format(mid=int(other.group(1))).encode() + b"\n"
+        out.append(line)
+    if owes_break and out and out[-1].endswith(b"\n"):
+        out[-1] = out[-1][:-1]
+    return b"".join(out)
+
+
+def blocks(conf: bytes) -> list[int]:
+    """The migrations whose blocks `conf` carries."""
+    return sorted({int(m.group(1)) for line in conf.splitlines() if (m := _MARK.match(line))})
+
+
+def operator_options(conf: bytes) -> set[str]:
+    """The options the operator's own lines set (comments and migrations' blocks left out)."""
+    found: set[str] = set()
+    inside = False
+    for line in conf.splitlines():
+        mark = _MARK.match(line)
+        if mark:
+            inside = mark.group(2) == b"begin"
+            continue
+        words = line.decode(errors="replace").split()
+        if not inside and words and not words[0].startswith("#"):
+            found.add(words[0].removeprefix("--"))
+    return found
+
+
+def handles_tcp(conf: bytes) -> bool:
+    """Whether a CRIU config tells CRIU what to do with established TCP connections; without it a
+    container with one cannot be checkpointed."""
+    return any(line.strip() in (b"tcp-close", b"tcp-established") for line in conf.splitlines())
+
+
+# -- what the nodes answer ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessIds:
+    """A process of the container: its real, effective, saved and filesystem uids and gids."""
+
+    pid: int
+    uids: tuple[int, ...]
+    gids: tuple[int, ...]
+
+    @property
+    def root(self) -> bool:
+        return not any(self.uids) and not any(self.gids)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight judges a node by, read in one SSH command (`NODE_SCRIPT preflight`)."""
+
+    cap_sys_resource: bool     # root (and so CRIU under dockerd) has CAP_SYS_RESOURCE
+    pipe_max_size: int         # fs.pipe-max-size, one value for the whole host
+    lock: str                  # LOCK's content: "<migration> <role>", "" when free
+    conf: bytes                # runc.conf as it is
+    missing: tuple[str, ...]   # TOOLS not on PATH
+    processes: tuple[ProcessIds, ...] = ()  # the container's processes (asked on the source only)
+    memory_mb: float = 0.0     # their resident memory
+
+
+def parse_preflight(node: str, text: str) -> Preflight:
+    fields: dict[str, str] = {}
+    processes = []
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "proc":
+            pid, uids, gids = value.split(";")
+            processes.append(ProcessIds(int(pid), tuple(map(int, uids.split())), tuple(map(int, gids.split()))))
+        else:
+            fields[key] = value
+    try:
+        return Preflight(cap_sys_resource=(int(fields["cap_eff"], 16) >> 24) & 1 == 1,
+                         pipe_max_size=int(fields["pipe_max_size"]), lock=fields.get("lock", "").strip(),
+                         conf=base64.b64decode(fields.get("conf", "")),
+                         missing=tuple(fields.get("missing", "").split()), processes=tuple(processes),
+                         memory_mb=int(fields.get("rss_kb") or 0) / 1024)
+    except (KeyError, ValueError) as exc:
+        raise NodeError(node, f"its CRIU facts answered something unexpected ({exc}): {text[:80]!r}") from None
+
+
+#: post-copy grows CRIU's pipes to this size; without CAP_SYS_RESOURCE root may not pass fs.pipe-max-size
+PIPE_SIZE_NEEDED = 4 << 20
+
+
+def why_not_ready(node: str, facts: Preflight) -> str | None:
+    """What keeps a node from taking part in a migration, one line naming the fix; None if nothing."""
+    if facts.missing:
+        return (f"node {node}: {', '.join(facts.missing)} missing; install them (coreutils, util-linux, iproute2, "
+                "iptables)")
+    if not handles_tcp(facts.conf):
+        return (f"node {node}: {RUNC_CONF} does not say tcp-close; add that line so open TCP connections are closed "
+                "on restore instead of blocking the checkpoint")
+    theirs = sorted(operator_options(facts.conf) & OURS)
+    if theirs:
+        return (f"node {node}: {RUNC_CONF} sets {', '.join(theirs)}, which peakpack sets per migration (and which "
+                "changes every checkpoint on the node); remove that line")
+    held = [f"migration {m}'s block in {RUNC_CONF}" for m in blocks(facts.conf)]
+    held += [f"{LOCK} (migration {facts.lock})"] if facts.lock else []
+    if held:
+        return (f"node {node}: busy: {' and '.join(held)}; `peakpack reconcile` clears them once that migration is "
+                "settled (left by a migration this store does not know: remove them once no checkpoint runs there)")
+    return None
+
+
+def why_cannot_dump(container: str, node: str, facts: Preflight) -> str | None:
+    """CRIU reads every process's rlimits with prlimit(), which the kernel allows only to a caller
+    with the same real, effective and saved uid and gid, or with CAP_SYS_RESOURCE: where root
+    lacks that capability, a process that is not root:root fails the dump ("Can't get rlimit")."""
+    other = next((p for p in facts.processes if not p.root), None)
+    if other is None or facts.cap_sys_resource:
+        return None
+    return (f"{container}: its process {other.pid} runs as uid {other.uids[1]} gid {other.gids[1]} and root on "
+            f"{node} lacks CAP_SYS_RESOURCE, so CRIU cannot read its rlimits; run it as root:root (e.g. "
+            "memcached -u root) or give root CAP_SYS_RESOURCE on the node")
+
+
+def why_not_post_copy(node: str, facts: Preflight) -> str | None:
+    if facts.cap_sys_resource or facts.pipe_max_size >= PIPE_SIZE_NEEDED:
+        return None
+    return (f"node {node}: fs.pipe-max-size is {facts.pipe_max_size} and root lacks CAP_SYS_RESOURCE, so CRIU "
+            f"cannot serve pages post-copy; set fs.pipe-max-size = {PIPE_SIZE_NEEDED} in /etc/sysctl.d/ on "
+            "every node, or turn [migration] post_copy off")
+
+
+class LazyPages(StrEnum):
+    """How a post-copy restore's page transfer ended, from the target's lazy-pages log."""
+
+    NONE = "none"        # no post-copy restore of this migration here
+    #: the daemon exited 0: it ends only when no process it feeds waits for a page any more (a
+    #: process that exits, such as a shell's short-lived child, stops waiting: its own summary line
+    #: "UFFD transferred pages: (N/TOTAL)" in the log may say less than TOTAL)
+    DONE = "done"
+    CUT = "cut"          # the daemon failed or was killed: a copy still running has holes in its memory
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What settling needs to know of a node beyond Docker's view (`NODE_SCRIPT facts`)."""
+
+    now: float            # the node's clock (a copy's run time is measured on its own node)
+    locked_net: bool      # CRIU's network lock (chain CRIU) is in the container's network namespace
+    dump: bool            # this migration's finished dump: its metadata and Docker's descriptors.json
+    pages: bool           # pages a dump sent here
+    complete: bool        # all a restore reads: pages, metadata, and Docker's renamed checkpoint folder
+    lazy: LazyPages
+    armed: bool           # the node's lock, a runc.conf block or a daemon of this migration is there
+
+
+def parse_facts(node: str, text: str) -> Facts:
+    f = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    try:
+        return Facts(now=float(f["now"]), locked_net=f["chain"] == "yes", dump=f["dump"] == "yes",
+                     pages=f["pages"] == "yes", complete=f["complete"] == "yes", lazy=LazyPages(f["lazy"]),
+                     armed=f["armed"] == "yes")
+    except (KeyError, ValueError) as exc:
+        raise NodeError(node, f"its migration facts answered something unexpected ({exc}): {text[:80]!r}") from None
+
+
+# -- the node's side ------------------------------------------------------------------------------------
+
+#: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand). `alive` reads
+#: the state letter, since a daemon that ended stays a zombie until reaped and `kill -0` says yes.
+NODE_SCRIPT = r"""
+set -u
+LOCK=/etc/criu/peakpack.lock CONF=/etc/criu/runc.conf
+alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }
+procs() {  # every process of the pid namespace of $1 (the container's)
+  ns=$(readlink /proc/$1/ns/pid) || return 0
+  for p in /proc/[0-9]*; do [ "$(readlink $p/ns/pid 2>/dev/null)" = "$ns" ] && echo ${p#/proc/}; done
+}
+conf_path() { readlink -f "$CONF" 2>/dev/null || echo "$CONF"; }
+# a daemon of this migration (its pidfile, checked against its command line: pids are reused)
+ours() { p=$(cat "$1" 2>/dev/null) && alive "$p" && tr '\0' ' ' < /proc/$p/cmdline | grep -q -- "$2/"; }
+start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own under timeout, its exit
+  # status into DIR/NAME.rc; returns once it says it is ready (--status-fd), or fails with its error
+  dir=$1 name=$2 secs=$3 v=$4; shift 4
+  rm -f "$dir/$name.ready" "$dir/$name.rc"
+  setsid timeout -s KILL "$secs" sh -c '"$@"; echo $? > "$0"' "$dir/$name.rc" \
+    criu "$@" --status-fd 3 -o "$dir/$name.log" -v$v 3>"$dir/$name.ready" </dev/null >/dev/null 2>"$dir/$name.err" &
+  p=$!; echo $p > "$dir/$name.pid"
+  n=0; while [ ! -s "$dir/$name.ready" ] && alive $p && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done
+  [ -s "$dir/$name.ready" ] && exit 0
+  kill -KILL -- -$p 2>/dev/null
+  cat "$dir/$name.err" "$dir/$name.log" 2>/dev/null | grep -E 'Error|rror \(' | tail -1
+  grep -q 'Address already in use' "$dir/$name.err" "$dir/$name.log" 2>/dev/null && exit 5
+  exit 1
+}
+cmd=$1; shift
+case $cmd in
+preflight)  # [PID]: this node's facts, and the processes of the container whose init is PID
+  echo "cap_eff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
+  echo "pipe_max_size $(cat /proc/sys/fs/pipe-max-size)"
+  echo "lock $(cat $LOCK 2>/dev/null)"
+  echo "conf $(base64 -w0 "$(conf_path)" 2>/dev/null)"
+  m=""; for t in $TOOLS; do command -v $t >/dev/null 2>&1 || m="$m $t"; done; echo "missing$m"
+  rss=0
+  if [ -n "${1:-}" ]; then for p in $(procs $1); do
+    s=/proc/$p/status
+    echo "proc $p;$(awk '/^Uid:/ {print $2, $3, $4, $5}' $s);$(awk '/^Gid:/ {print $2, $3, $4, $5}' $s)"
+    rss=$((rss + $(awk '/^VmRSS:/ {print $2}' $s 2>/dev/null || echo 0)))
+  done; fi
+  echo "rss_kb $rss";;
+lock)  # MID ROLE: take the node's lock, or say who holds it (exit 3); idempotent for MID
+  mkdir -p "${LOCK%/*}"
+  (set -C; echo "$1 $2" > $LOCK) 2>/dev/null && exit 0
+  case "$(cat $LOCK 2>/dev/null)" in "$1 "*) exit 0;; esac
+  echo "held by migration $(cat $LOCK 2>/dev/null)"; exit 3;;
+unlock)  # MID: release the lock if MID holds it
+  case "$(cat $LOCK 2>/dev/null)" in "$1 "*) rm -f $LOCK;; esac;;
+read)  # runc.conf, base64 (empty when there is none)
+  f=$(conf_path); [ -f "$f" ] && base64 -w0 "$f"; echo;;
+write)  # SHA256: stdin (base64) replaces runc.conf, atomically, only if it still has that digest
+  f=$(conf_path)
+  [ "$(sha256sum < "$f" | cut -d' ' -f1)" = "$1" ] || { echo "changed meanwhile"; exit 4; }
+  t="$f.peakpack.$$"
+  base64 -d > "$t" && chmod --reference="$f" "$t" && chown --reference="$f" "$t" && mv -f "$t" "$f";;
+page-server)  # DIR ADDRESS PORT SECS: pages of a dump into DIR/images
+  mkdir -p "$1/images" && start "$1" page-server "$4" 2 page-server -D "$1/images" --address "$2" --port "$3";;
+lazy-pages)  # DIR ADDRESS PORT SECS: the target's pages fetched from the source's dump at ADDRESS:PORT
+  start "$1" lazy-pages "$4" 2 lazy-pages --page-server --address "$2" --port "$3" -D "$1/images" -W "$1/images";;
+wait-lazy)  # DIR SECS: until the lazy-pages daemon has ended (it writes its status into DIR/lazy-pages.rc)
+  n=0; while [ ! -f "$1/lazy-pages.rc" ] && ours "$1/lazy-pages.pid" "$1" && [ $n -lt $(($2 * 10)) ]; do
+    sleep 0.1; n=$((n+1)); done;;
+stop)  # DIR: kill this migration's daemons (their process groups)
+  for n in page-server lazy-pages; do ours "$1/$n.pid" "$1" && kill -KILL -- -$(cat "$1/$n.pid"); done; true;;
+checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER: dump, left stopped; at SECS, `ss -K` FILTER's sockets
+  docker checkpoint create --leave-running "$1" "$2" &
+  d=$!
+  setsid sh -c 'sleep "$1"; [ "$(cat '$LOCK' 2>/dev/null)" = "$2" ] || exit 0
+                ss -K -Htn "$3"; ss -K -Hltn "$3"' watchdog "$3" "$4" "$5" </dev/null >/dev/null 2>&1 &
+  w=$!
+  wait $d; rc=$?
+  kill -- -$w 2>/dev/null
+  exit $rc;;
+image-path)  # CONTAINER_ID: the folder runc dumps descriptors.json into while a checkpoint runs
+  ps -e -ww -o args= | awk -v id="$1" '$0 ~ / checkpoint / && $NF == id {
+    for (i = 1; i < NF; i++) if ($i == "--image-path") print $(i+1) }' | head -1;;
+send)  # DIR DESCRIPTORS: the dump's metadata and Docker's descriptors.json, synced, as a tar (base64)
+  sync -- "$1"/dump/* "$2" && tar -c -C "$1" dump -C "${2%/*}" "${2##*/}" | base64 -w0;;
+receive)  # DIR CHECKPOINT: stdin (send's output) into DIR/images and Docker's CHECKPOINT folder
+  in="$1/incoming"; rm -rf "$in" "$2.partial"; mkdir -p "$in" "$1/images" "$2.partial" &&
+  base64 -d | tar -x -C "$in" && cp -a "$in"/dump/. "$1/images/" && mv "$in"/descriptors.json "$2.partial/" &&
+  rm -rf "$in" && mv -T "$2.partial" "$2";;
+resume)  # PID: undo leave-stopped: CRIU's network lock out of the container's namespace, SIGCONT all
+  for t in iptables ip6tables; do
+    nsenter -t $1 -n sh -c "$t -D INPUT -j CRIU; $t -D OUTPUT -j CRIU; $t -F CRIU; $t -X CRIU" >/dev/null 2>&1
+  done
+  for p in $(procs $1); do kill -CONT $p 2>/dev/null; done
+  if nsenter -t $1 -n iptables -S CRIU >/dev/null 2>&1; then echo "CRIU's network lock is still there"; exit 1; fi;;
+answering)  # ADDRESS:PORT...: those that accept a TCP connection from this node within 3 s
+  for a; do timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${a%:*}" "${a##*:}" 2>/dev/null && echo "$a"; done; true;;
+facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
+  mid=$1 dir=$2 ck=$3 pid=$4
+  echo "now=$(date +%s.%N)"
+  chain=no; [ "$pid" -gt 0 ] && nsenter -t $pid -n iptables -S CRIU >/dev/null 2>&1 && chain=yes; echo "chain=$chain"
+  dump=no; [ -f "$dir/dump/inventory.img" ] && [ -f "$ck/descriptors.json" ] && dump=yes; echo "dump=$dump"
+  pages=no; ls "$dir"/images/pages-*.img >/dev/null 2>&1 && pages=yes; echo "pages=$pages"
+  complete=no; [ -f "$dir/images/inventory.img" ] && [ -f "$ck/descriptors.json" ] && complete=yes
+  echo "complete=$complete"
+  lazy=none  # done: the daemon exited 0, once no process it fed was waiting for a page any more
+  if [ -f "$dir/lazy-pages.log" ]; then
+    lazy=cut; [ "$(cat "$dir/lazy-pages.rc" 2>/dev/null)" = 0 ] && lazy=done
+  fi; echo "lazy=$lazy"
+  armed=no
+  case "$(cat $LOCK 2>/dev/null)" in "$mid "*) armed=yes;; esac
+  grep -q "^# peakpack migration $mid begin" "$(conf_path)" 2>/dev/null && armed=yes
+  for n in page-server lazy-pages; do ours "$dir/$n.pid" "$dir" && armed=yes; done
+  echo "armed=$armed";;
+*) echo "unknown subcommand $cmd"; exit 2;;
+esac
+""".replace("$TOOLS", " ".join(TOOLS))
+
+
+def script(*args: str | int | float) -> list[str]:
+    """The argv that runs one NODE_SCRIPT subcommand on a node."""
+    return ["sh", "-c", NODE_SCRIPT, "sh", *map(str, args)]
+
+
+class NodeCriu:
+    """One node's side of one migration: its lock and runc.conf block, the CRIU daemons it starts
+    there, and the facts settling reads. Every method is one or two SSH commands and idempotent."""
+
+    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int) -> None:
+        self.ssh, self.node, self.mid = ssh, node, migration_id
+        self.dir = work_dir(docker_root, migration_id)
+
+    async def run(self, *args: str | int | float, timeout: float = 60.0, check: bool = True,
+                  input: str | None = None) -> str:
+        res = await self.ssh.run(self.node, script(*args), timeout=timeout, check=False, input=input)
+        if check and not res.ok:
+            said = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
+            raise NodeError(self.node, f"{args[0]}: {said[0][:300]}")
+        return res.stdout
+
+    async def lock(self, role: str) -> None:
+        await self.run("lock", self.mid, role)
+
+    async def arm(self, role: str, lines: Sequence[str]) -> None:
+        """Lock the node for this migration, then append its block to runc.conf."""
+        await self.lock(role)
+        await self._edit(lambda conf: with_block(conf, self.mid, lines))
+
+    async def release(self) -> None:
+        """This migration's block stripped, then its lock released (the lock guards the file)."""
+        await self._edit(lambda conf: without_block(conf, self.mid))
+        await self.run("unlock", self.mid)
+
+    async def disarm(self) -> None:
+        """Every path's end on this node: this migration's daemons killed, then `release`."""
+        await self.run("stop", self.dir)
+        await self.release()
+
+    async def _edit(self, change: Callable[[bytes], bytes]) -> None:
+        """Read runc.conf, change it, write it back only if nobody changed it meanwhile (the lock
+        keeps migrations apart; an operator's edit between the two makes it read again)."""
+        for _ in range(3):
+            text = (await self.run("read")).strip()
+            if not text:
+                return  # no file: nothing of ours can be in it, and preflight refuses a node without one
+            old = base64.b64decode(text)
+            new = change(old)
+            if new == old:
+                return
+            res = await self.ssh.run(self.node, script("write", hashlib.sha256(old).hexdigest()), check=False,
+                                     input=base64.b64encode(new).decode())
+            if res.ok:
+                return
+            if res.exit_status != 4:
+                said = (res.stdout + res.stderr).strip()[:300]
+                raise NodeError(self.node, f"{RUNC_CONF} could not be written: {said}")
+        raise NodeError(self.node, f"{RUNC_CONF} kept changing while peakpack edited it; try again")
+
+    async def page_server(self, address: str, first_port: int, ports: int, seconds: float) -> int:
+        """A page server for this migration's dump, bound to `address`, on the first free port from
+        the migration's own place in the range; returns the port."""
+        for i in range(min(ports, 20)):
+            port = first_port + (self.mid + i) % ports
+            res = await self.ssh.run(self.node, script("page-server", self.dir, address, port, round(seconds)),
+                                     timeout=60, check=False)
+            if res.ok:
+                return port
+            if res.exit_status != 5:
+                raise NodeError(self.node, f"criu page-server: {res.stdout.strip()[:300] or res.exit_status}")
+        raise NodeError(self.node, f"no free port for a page server among {ports} from {first_port}")
+
+    async def lazy_pages(self, source_address: str, port: int, seconds: float) -> None:
+        await self.run("lazy-pages", self.dir, source_address, port, round(seconds))
+
+    async def lazy_pages_ended(self, seconds: float = 30.0) -> LazyPages:
+        """How the lazy-pages daemon's transfer ended, once it has (waiting up to `seconds`)."""
+        await self.run("wait-lazy", self.dir, round(seconds), timeout=seconds + 30)
+        return (await self.facts("", 0)).lazy
+
+    async def checkpoint(self, container: str, checkpoint: str, seconds: float, socket_filter: str) -> None:
+        """`docker checkpoint create --leave-running` (runc.conf's leave-stopped keeps it stopped),
+        aborted on the node at `seconds` by destroying `socket_filter`'s sockets if still running."""
+        await self.run("checkpoint", container, checkpoint, round(seconds), f"{self.mid} source", socket_filter,
+                       timeout=seconds + 60)
+
+    async def listening(self, port: int) -> bool:
+        """Whether something listens on `port` here (a lazy dump waiting for its pages' fetcher)."""
+        return bool((await self.ssh.run(self.node, ["ss", "-Hltn", f"sport = :{port}"], timeout=30)).stdout.strip())
+
+    async def abort(self, socket_filter: str) -> None:
+        """Make a dump of this node fail now, as its deadline would: CRIU then resumes the source."""
+        await self.ssh.run(self.node, ["sh", "-c", 'ss -K -Htn "$1"; ss -K -Hltn "$1"', "sh", socket_filter],
+                           timeout=30, check=False)
+
+    async def image_path(self, container_id: str) -> str:
+        return (await self.run("image-path", container_id)).strip()
+
+    async def send(self, descriptors: str) -> str:
+        return (await self.run("send", self.dir, descriptors)).strip()
+
+    async def receive(self, payload: str, checkpoint_dir: str) -> None:
+        await self.run("receive", self.dir, checkpoint_dir, input=payload)
+
+    async def resume(self, pid: int) -> None:
+        await self.run("resume", pid)
+
+    async def answering(self, addresses: Sequence[str]) -> set[str]:
+        """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from this node."""
+        if not addresses:
+            return set()
+        return set((await self.run("answering", *addresses, timeout=30 + 3 * len(addresses))).split())
+
+    async def facts(self, checkpoint_dir: str, pid: int) -> Facts:
+        return parse_facts(self.node, await self.run("facts", self.mid, self.dir, checkpoint_dir, pid, timeout=30))
+
+    async def make(self, sub: str) -> None:
+        """This migration's folder `sub` (CRIU writes images only into a folder that exists)."""
+        await self.ssh.run(self.node, ["mkdir", "-p", "--", f"{self.dir}/{sub}"])
+
+    async def remove(self) -> None:
+        await self.ssh.run(self.node, ["rm", "-rf", "--", self.dir])

@@ -1,0 +1,248 @@
+"""CRIU's side of a migration on a node (migrate/criu.py): the runc.conf block is appended after the
+operator's lines and stripped again leaving the operator's bytes exactly as they were, on every
+path (success, failure, a crash settled later, another migration's block beside it, the operator
+editing the file meanwhile); the node's lock is exclusive; and preflight refuses in one line what
+CRIU would fail on. The node script itself runs here for real, on a temporary /etc/criu."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from peakpack.migrate import criu
+from peakpack.migrate.criu import NODE_SCRIPT, NodeCriu, blocks, operator_options, with_block, without_block
+from peakpack.migrate.spec import probe_addresses
+from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.remote.ssh import CommandResult
+
+OPERATOR = [
+    b"",
+    b"tcp-close\n",
+    b"tcp-close",                                   # no line break at the end
+    b"# the operator's\r\ntcp-established\r\n",      # CRLF
+    b"tcp-close\n\n\n# trailing blank lines\n\n",
+    b"tcp-close\n# caf\xe9 \xff not UTF-8\n",
+    b"tcp-close\n# peakpack migration 3 begin (removed when the migration ends)\nport 1\n# peakpack migration 3 end\n",
+]
+LINES = ["images-dir /var/lib/docker/peakpack-criu/12/dump", "page-server", "address 10.0.0.2", "port 27012",
+         "leave-stopped"]
+
+
+@pytest.mark.parametrize("conf", OPERATOR)
+def test_the_block_goes_after_the_operators_lines_and_comes_out_byte_for_byte(conf: bytes) -> None:
+    armed = with_block(conf, 12, LINES)
+    assert armed.startswith(conf.rstrip(b"\n") if not conf.endswith(b"\n") else conf)
+    assert armed.decode(errors="replace").splitlines()[-len(LINES) - 1:-1] == LINES  # last: CRIU applies them in order
+    assert 12 in blocks(armed) and operator_options(armed) == operator_options(conf)
+    assert without_block(armed, 12) == conf
+    assert with_block(armed, 12, LINES) == armed  # arming again (a retried step) changes nothing
+    assert without_block(conf, 12) == conf         # stripping what is not there changes nothing
+
+
+def test_two_migrations_blocks_come_out_in_any_order() -> None:
+    conf = b"tcp-close"
+    both = with_block(with_block(conf, 1, ["port 1"]), 2, ["port 2"])
+    assert without_block(without_block(both, 1), 2) == conf
+    assert without_block(without_block(both, 2), 1) == conf
+    assert blocks(without_block(both, 1)) == [2] and blocks(without_block(both, 2)) == [1]
+
+
+def test_an_operators_edit_while_armed_is_kept() -> None:
+    armed = with_block(b"tcp-close\n", 5, LINES)
+    edited = b"# added by the operator meanwhile\n" + armed + b"shell-job\n"
+    assert without_block(edited, 5) == b"# added by the operator meanwhile\ntcp-close\nshell-job\n"
+    # the block brought the line break the operator's last line lacked: lines added after it keep it
+    assert without_block(with_block(b"tcp-close", 5, LINES) + b"shell-job\n", 5) == b"tcp-close\nshell-job\n"
+
+
+def test_options_the_operator_sets_are_read_outside_the_blocks() -> None:
+    conf = with_block(b"# comment\ntcp-close\n--leave-running\nimages-dir /x\n", 4, LINES)
+    assert operator_options(conf) == {"tcp-close", "leave-running", "images-dir"}
+
+
+# -- the node script's own lock and runc.conf handling, run for real on a temporary /etc/criu --------
+
+class LocalNode:
+    """An SshPool whose one node is this machine, with /etc/criu moved to a temporary folder."""
+
+    def __init__(self, etc: Path) -> None:
+        self.etc = etc
+
+    async def run(self, node: str, argv: list[str], *, timeout: float = 120.0, check: bool = True,
+                  input: str | None = None) -> CommandResult:
+        argv = [a.replace("/etc/criu", str(self.etc)) if a == NODE_SCRIPT else a for a in argv]
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture()
+def etc(tmp_path: Path) -> Path:
+    folder = tmp_path / "criu"
+    folder.mkdir()
+    return folder
+
+
+@pytest.mark.parametrize("conf", OPERATOR[1:])
+def test_every_path_leaves_the_operators_file_as_it_was(etc: Path, conf: bytes) -> None:
+    (etc / "runc.conf").write_bytes(conf)
+    (etc / "runc.conf").chmod(0o640)
+    node = NodeCriu(LocalNode(etc), "node-1", "/docker", 12)  # type: ignore[arg-type]
+    asyncio.run(node.arm("source", LINES))                    # success: armed, then released
+    assert (etc / "runc.conf").read_bytes() == with_block(conf, 12, LINES)
+    assert (etc / "peakpack.lock").read_text() == "12 source\n"
+    asyncio.run(node.release())
+    assert (etc / "runc.conf").read_bytes() == conf and not (etc / "peakpack.lock").exists()
+    assert oct((etc / "runc.conf").stat().st_mode & 0o777) == oct(0o640)
+    asyncio.run(node.arm("source", LINES))                    # failure or crash: settling disarms it
+    asyncio.run(node.disarm())
+    asyncio.run(node.disarm())                                # and again, after a crash mid-way
+    assert (etc / "runc.conf").read_bytes() == conf and not (etc / "peakpack.lock").exists()
+
+
+def test_a_symlinked_runc_conf_is_edited_where_it_points(etc: Path) -> None:
+    (etc / "real.conf").write_bytes(b"tcp-close\n")
+    (etc / "runc.conf").symlink_to("real.conf")
+    node = NodeCriu(LocalNode(etc), "node-1", "/docker", 3)  # type: ignore[arg-type]
+    asyncio.run(node.arm("target", ["images-dir /x"]))
+    assert (etc / "runc.conf").is_symlink() and b"images-dir /x" in (etc / "real.conf").read_bytes()
+    asyncio.run(node.disarm())
+    assert (etc / "real.conf").read_bytes() == b"tcp-close\n" and (etc / "runc.conf").is_symlink()
+
+
+def test_the_lock_keeps_a_second_migration_out_and_only_its_holder_releases_it(etc: Path) -> None:
+    (etc / "runc.conf").write_bytes(b"tcp-close\n")
+    one = NodeCriu(LocalNode(etc), "node-1", "/docker", 1)  # type: ignore[arg-type]
+    two = NodeCriu(LocalNode(etc), "node-1", "/docker", 2)  # type: ignore[arg-type]
+    asyncio.run(one.lock("source"))
+    asyncio.run(one.lock("source"))  # its own lock again: fine
+    with pytest.raises(NodeError, match="held by migration 1 source"):
+        asyncio.run(two.arm("target", ["images-dir /y"]))
+    asyncio.run(two.disarm())        # not its lock: left alone
+    assert (etc / "peakpack.lock").read_text() == "1 source\n"
+    assert (etc / "runc.conf").read_bytes() == b"tcp-close\n"
+
+
+def test_a_write_racing_an_operators_edit_is_redone_on_the_new_content(etc: Path) -> None:
+    (etc / "runc.conf").write_bytes(b"tcp-close\n")
+    local = LocalNode(etc)
+    node = NodeCriu(local, "node-1", "/docker", 9)  # type: ignore[arg-type]
+    edits = iter([b"tcp-close\nshell-job\n"])
+    real = local.run
+
+    async def edit_once_after_reading(node_name: str, argv: list[str], **kw: object) -> CommandResult:
+        res = await real(node_name, argv, **kw)  # type: ignore[arg-type]
+        if argv[-1] == "read" and (text := next(edits, None)) is not None:
+            (etc / "runc.conf").write_bytes(text)  # the operator, between our read and our write
+        return res
+
+    local.run = edit_once_after_reading  # type: ignore[method-assign]
+    asyncio.run(node.arm("source", LINES))
+    assert (etc / "runc.conf").read_bytes() == with_block(b"tcp-close\nshell-job\n", 9, LINES)
+
+
+# -- preflight ---------------------------------------------------------------------------------------
+
+def preflight(cap_eff: str, *procs: str, conf: bytes = b"tcp-close\n", lock: str = "", missing: str = "") -> str:
+    lines = [f"cap_eff {cap_eff}", "pipe_max_size 1048576", f"lock {lock}",
+             f"conf {base64.b64encode(conf).decode()}", f"missing {missing}".rstrip(), *procs, "rss_kb 266240"]
+    return "\n".join(lines) + "\n"
+
+
+NO_CAP, CAP = "000001fffeffffff", "000001ffffffffff"  # this machine's root; a real host's
+
+
+@pytest.mark.parametrize("ids", ["1000 1000 1000 1000;1000 1000 1000 1000",   # --user 1000:1000
+                                 "0 0 0 0;1000 1000 1000 1000",               # --user 0:1000: the gid alone
+                                 "65534 65534 65534 65534;0 0 0 0"])           # memcached -u nobody
+def test_a_process_not_root_is_refused_where_root_lacks_cap_sys_resource(ids: str) -> None:
+    facts = criu.parse_preflight("node-1", preflight(NO_CAP, "proc 4242;0 0 0 0;0 0 0 0", f"proc 4250;{ids}"))
+    why = criu.why_cannot_dump("mc", "node-1", facts)
+    assert why is not None and why.count("\n") == 0
+    assert why.startswith("mc: its process 4250 runs as uid") and "node-1 lacks CAP_SYS_RESOURCE" in why
+    assert "run it as root:root" in why  # the fix
+    assert facts.memory_mb == 260
+    assert criu.why_cannot_dump("mc", "node-1", criu.parse_preflight("node-1", preflight(CAP, f"proc 4250;{ids}"))) \
+        is None  # a real host's root may read anyone's rlimits
+
+
+def test_root_processes_dump_anywhere() -> None:
+    facts = criu.parse_preflight("node-1", preflight(NO_CAP, "proc 1;0 0 0 0;0 0 0 0"))
+    assert criu.why_cannot_dump("mc", "node-1", facts) is None
+
+
+@pytest.mark.parametrize("text, expect", [
+    (preflight(NO_CAP, conf=b"shell-job\n"), "does not say tcp-close"),
+    (preflight(NO_CAP, conf=b"tcp-close\npage-server\n"), "sets page-server, which peakpack sets per migration"),
+    (preflight(NO_CAP, conf=with_block(b"tcp-close\n", 7, ["port 1"])), "migration 7's block"),
+    (preflight(NO_CAP, lock="7 source"), "peakpack.lock (migration 7 source)"),
+    (preflight(NO_CAP, missing="missing ss"), "ss missing"),
+])
+def test_a_node_that_cannot_take_part_is_refused_in_one_line(text: str, expect: str) -> None:
+    why = criu.why_not_ready("node-2", criu.parse_preflight("node-2", text))
+    assert why is not None and expect in why and why.startswith("node node-2: ") and "\n" not in why
+
+
+def test_post_copy_needs_big_pipes_where_root_lacks_cap_sys_resource() -> None:
+    small = criu.parse_preflight("node-1", preflight(NO_CAP))
+    assert "fs.pipe-max-size = 4194304" in (criu.why_not_post_copy("node-1", small) or "")
+    big = criu.parse_preflight("node-1", preflight(NO_CAP).replace("1048576", "4194304"))
+    assert criu.why_not_post_copy("node-1", big) is None
+
+
+def test_garbage_is_the_nodes_error() -> None:
+    with pytest.raises(NodeError, match="node-3"):
+        criu.parse_preflight("node-3", "sh: 1: awk: not found\n")
+    with pytest.raises(NodeError, match="node-3"):
+        criu.parse_facts("node-3", "now=\n")
+
+
+def test_facts_read_what_a_migration_left_on_a_node(tmp_path: Path, etc: Path) -> None:
+    (etc / "runc.conf").write_bytes(b"tcp-close\n")
+    work = tmp_path / "docker" / "peakpack-criu" / "6"
+    (work / "dump").mkdir(parents=True)
+    (work / "images").mkdir()
+    ck = tmp_path / "docker" / "containers" / "abc" / "checkpoints" / "peakpack-6"
+    ck.mkdir(parents=True)
+    node = NodeCriu(LocalNode(etc), "node-1", str(tmp_path / "docker"), 6)  # type: ignore[arg-type]
+    facts = asyncio.run(node.facts(str(ck), 0))
+    assert not (facts.dump or facts.pages or facts.complete or facts.armed) and facts.lazy is criu.LazyPages.NONE
+    (work / "dump" / "inventory.img").write_bytes(b"x")
+    (ck / "descriptors.json").write_text("[]")
+    (work / "images" / "pages-1.img").write_bytes(b"x")
+    asyncio.run(node.lock("source"))
+    facts = asyncio.run(node.facts(str(ck), 0))
+    assert facts.dump and facts.pages and not facts.complete and facts.armed
+    (work / "images" / "inventory.img").write_bytes(b"x")
+    (work / "lazy-pages.log").write_text("...")
+    (work / "lazy-pages.rc").write_text("0\n")
+    facts = asyncio.run(node.facts(str(ck), 0))
+    assert facts.complete and facts.lazy is criu.LazyPages.DONE
+    (work / "lazy-pages.rc").write_text("1\n")
+    assert asyncio.run(node.facts(str(ck), 0)).lazy is criu.LazyPages.CUT
+
+
+def test_answering_names_the_addresses_that_accept_a_connection(etc: Path) -> None:
+    listening, closed = socket.socket(), socket.socket()
+    with listening, closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
+        up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, closed))
+        node = NodeCriu(LocalNode(etc), "node-1", "/docker", 1)  # type: ignore[arg-type]
+        assert asyncio.run(node.answering([up, down])) == {up}
+        assert asyncio.run(node.answering([])) == set()
+
+
+def test_the_ports_to_probe_are_the_servers_behind_the_published_ones() -> None:
+    d = {"HostConfig": {"PortBindings": {
+        "80/tcp": [{"HostIp": "", "HostPort": "8080"}], "81/tcp": [{"HostIp": "10.0.0.2", "HostPort": "8081"}],
+        "53/udp": [{"HostIp": "", "HostPort": "5353"}], "82/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8082"}]}},
+        "NetworkSettings": {"Networks": {"none": {"IPAddress": ""}, "app": {"IPAddress": "172.18.0.5"}}}}
+    assert probe_addresses(d, ("8080/tcp", "8081/tcp", "5353/tcp")) == ("172.18.0.5:80", "172.18.0.5:81")
+    assert probe_addresses(d, ()) == ()
+    assert probe_addresses({**d, "NetworkSettings": {"Networks": {}}}, ("8080/tcp",)) == ()
