@@ -53,6 +53,13 @@ class NodeLayout:
         return self.dir / "etc-criu"
 
     @property
+    def docker_plugins(self) -> Path:
+        """The node's own /run/docker/plugins, where its dockerd discovers plugins by their sockets
+        (bind-mounted inside its mount namespace): a plugin a test serves to one node is never
+        found, and then remembered, by another node's or another lab's dockerd."""
+        return self.dir / "docker-plugins"
+
+    @property
     def powercap(self) -> Path:
         return self.dir / "powercap"
 

@@ -61,6 +61,8 @@ def alive(pid: int) -> bool:
 
 #: where runc makes CRIU read its options; each node has its own (a bind mount in its mount namespace)
 ETC_CRIU = Path("/etc/criu")
+#: where dockerd discovers plugins; each node has its own too (`NodeLayout.docker_plugins`)
+DOCKER_PLUGINS = Path("/run/docker/plugins")
 
 
 def ensure_mntns(node: NodeLayout) -> None:
@@ -69,22 +71,23 @@ def ensure_mntns(node: NodeLayout) -> None:
     node's /etc. It is a copy of the host's mounts taken now (the node's disk is mounted before),
     minus other labs' and nodes' disks, namespace files and container overlays (copies would keep
     them busy after their owners unmount them; the host's / is private, nothing propagates), plus
-    the node's own /etc/criu (`node.etc_criu`) and its own RAM scratch space on /dev/shm."""
+    the node's own /etc/criu (`node.etc_criu`), its own /run/docker/plugins
+    (`node.docker_plugins`) and its own RAM scratch space on /dev/shm."""
     ns = node.mntns
     if _mounted(ns, Path("/proc/self/mountinfo").read_text()):
         return
-    ETC_CRIU.mkdir(parents=True, exist_ok=True)
-    node.etc_criu.mkdir(parents=True, exist_ok=True)
+    for folder in (ETC_CRIU, node.etc_criu, DOCKER_PLUGINS, node.docker_plugins):
+        folder.mkdir(parents=True, exist_ok=True)
     ns.touch()
     sh(["unshare", f"--mount={ns}", "--propagation", "private", "true"])
     script = (
         'findmnt -rn -o TARGET,FSTYPE,SOURCE | sort -r | while read -r t f s; do '
         '  case "$f:$s" in nsfs:*|overlay:*|ext4:/dev/loop*) [ "$t" = "$1" ] || umount -l "$t" 2>/dev/null;; esac; '
         'done; '
-        'mount --bind "$2" "$3" && mount -t tmpfs -o mode=1777 "shm-$4" /dev/shm'
+        'mount --bind "$2" "$3" && mount --bind "$5" "$6" && mount -t tmpfs -o mode=1777 "shm-$4" /dev/shm'
     )
     sh(["nsenter", f"--mount={ns}", "sh", "-c", script, "sh", str(node.docker_root), str(node.etc_criu),
-        str(ETC_CRIU), node.netns])
+        str(ETC_CRIU), node.netns, str(node.docker_plugins), str(DOCKER_PLUGINS)])
 
 
 def nsenter(node: NodeLayout) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import socket
 import socketserver
 import subprocess
@@ -25,6 +24,9 @@ import pytest
 
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from peakpack.lab.faults import kill_dockerd
+from peakpack.lab.layout import NodeLayout
+from peakpack.lab.node import start_dockerd
 from peakpack.migrate.settle import checkpoint_name
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
@@ -334,12 +336,13 @@ class VolumePlugin(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def volume_plugin(folder: Path) -> Iterator[str]:
-    """A volume driver every lab dockerd finds by name (sockets in /run/docker/plugins are how
-    dockerd discovers plugins; the name is this process's, and the socket is removed after)."""
-    name = f"peakpack-test-{os.getpid()}"
-    sock = Path("/run/docker/plugins") / f"{name}.sock"
-    sock.parent.mkdir(parents=True, exist_ok=True)
+def volume_plugin(node: NodeLayout, folder: Path) -> Iterator[str]:
+    """A volume driver the node's dockerd finds by name: a socket in the node's own
+    /run/docker/plugins (`NodeLayout.docker_plugins`), so no other node or lab sees it. dockerd
+    keeps a plugin it used for its lifetime and retries it for 15 s on every `volume ls` once it is
+    gone, so afterwards the node's dockerd is restarted (with no container left to stop)."""
+    name = "peakpack-test"
+    sock = node.docker_plugins / f"{name}.sock"
     sock.unlink(missing_ok=True)
     handler = type("Plugin", (VolumePlugin,), {"root": folder, "made": set()})
     server = type("Server", (socketserver.ThreadingMixIn, socketserver.UnixStreamServer), {"daemon_threads": True})(
@@ -351,11 +354,13 @@ def volume_plugin(folder: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         sock.unlink(missing_ok=True)
+        kill_dockerd(node)
+        start_dockerd(node)
 
 
 def test_a_volume_of_another_driver_is_refused_with_the_fix(clean_lab: Lab, tmp_path: Path) -> None:
     lab = clean_lab
-    with volume_plugin(tmp_path) as driver:
+    with volume_plugin(lab.node("node-1"), tmp_path) as driver:
         sh(lab, "node-1", "docker", "volume", "create", "-d", driver, "shared")
         sh(lab, "node-1", "docker", "run", "-d", "--name", "nfs-user", "-v", "shared:/data", IMAGE, "sleep", "3600")
         try:
