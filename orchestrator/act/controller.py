@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -287,10 +288,15 @@ class Controller:
             self.log(f"retention: {pruned.summary()}")
 
     def _count_qos_events(self) -> None:
-        """The QoS events journaled since the last count (by this epoch's observation, restarts)."""
+        """The QoS events journaled since the last count (by this epoch's observation, restarts):
+        counted in the metrics, and logged per node."""
+        per_node: Counter[str] = Counter()
         for e in self.store.qos.events(after_id=self._qos_counted):
             self.metrics.qos_events.labels(e.node, e.kind).inc()
             self._qos_counted = max(self._qos_counted or 0, e.id or 0)
+            per_node[e.node] += 1
+        for node, n in sorted(per_node.items()):
+            self.log(f"qos: {node}: {n} guard event(s)")
 
     def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
                   ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:

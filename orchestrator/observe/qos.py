@@ -147,11 +147,9 @@ def record_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callabl
             log(f"qos: {q.error}")
         if q.report is None:
             continue
-        new = store.qos.add(event_records(q.node, q.report))
+        store.qos.add(event_records(q.node, q.report))  # the controller reports them (`_count_qos_events`)
         if q.report.lost:
             store.qos.record(q.node, "events_lost", None, "the guard's event log rotated past events not yet read")
-        if new:
-            log(f"qos: {q.node}: {new} guard event(s)")
         why = q.report.outdated(inventory.node(q.node), inventory.qos.guard)
         if why is not None:
             stale.append((q.node, why))
