@@ -140,7 +140,10 @@ def live_observer(inventory: Inventory, store: Store, console: Console) -> Calla
     return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory), meter=meter)
 
 
-def live_services(inventory: Inventory, store: Store, console: Console) -> Services:
+def live_services(inventory: Inventory, store: Store, console: Console, *, install_guards: bool = False) -> Services:
+    """The live services over SSH, docker/CRIU, IPMI and the store. `install_guards`: observing
+    also installs or updates the nodes' QoS guards (`serve`, the one long-lived process; a one-off
+    command such as `apply` does not touch them)."""
     shell = RemoteShell(inventory)
     log = _logger(console)
     sampler = EnergySampler(inventory, store, shell, log)
@@ -165,7 +168,7 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
 
     return Services(
         observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter,
-                                           install_guards=True, log=log),
+                                           install_guards=install_guards, log=log),
         ops=LiveOps(inventory, store, shell, log, savings),
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,

@@ -96,7 +96,7 @@ def serve(
             if dry_run:
                 observer = live_observer(inv, store, err)
             else:
-                services = live_services(inv, store, console=err)
+                services = live_services(inv, store, console=err, install_guards=True)
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
         with ExitStack() as web:
             if http_port is not None:
