@@ -115,10 +115,18 @@ def test_ipmi_power_off_really_stops_the_node_and_on_brings_it_back(clean_lab: L
 
 def test_rapl_counter_follows_cpu_use(clean_lab: Lab) -> None:
     lab = clean_lab
+    def tick(node: str, after: int) -> tuple[int, float]:
+        """The counter's next value after `after` and when it appeared: the daemon adds energy in
+        ticks (every 0.5 s, later on a loaded host), so a window is measured from tick to tick."""
+        while (e := energy_uj(lab, node)) == after:
+            time.sleep(0.02)
+        return e, time.monotonic()
+
     def watts(node: str) -> float:
-        e0, t0 = energy_uj(lab, node), time.monotonic()
+        e0, t0 = tick(node, energy_uj(lab, node))
         time.sleep(3)
-        return (energy_uj(lab, node) - e0) / 1e6 / (time.monotonic() - t0)
+        e1, t1 = tick(node, energy_uj(lab, node))
+        return (e1 - e0) / 1e6 / (t1 - t0)
 
     idle = watts("node-1")
     assert lab.exec("node-1", ["docker", "run", "-d", "--name", "burn", "--network", "none",
