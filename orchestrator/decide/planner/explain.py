@@ -72,16 +72,15 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
                            if before.get(b) != c.node and after.get(b) == after[c.name]), None)
             if c.node in over:
                 cap = node_cap(inv.node(c.node), problem.cpu_cap)
-                why = f"{c.node} is over its {cap:.0%} CPU cap or its memory cap"
+                lines[c.name] = f"moves {route}: {c.node} is over its {cap:.0%} CPU cap or its memory cap"
             elif c.node in switched_off:
-                why = (f"empties {c.node}, which is switched off: saves {draws[c.node]:.0f} W "
-                       "(power model, its draw now)")
+                lines[c.name] = (f"moves {route}: empties {c.node}, which is switched off: saves "
+                                 f"{draws[c.node]:.0f} W (power model, its draw now)")
             elif joined is not None:
-                why = ""
+                lines[c.name] = f"moves to join {joined[1]} ({mb_per_s(joined[0])}): {route}"
             else:
-                why = "lowers the objective (devils sharing a node, a group spread out, or power)"
-            lines[c.name] = (f"moves {route}: {why}" if why or joined is None
-                             else f"moves to join {joined[1]} ({mb_per_s(joined[0])}): {route}")
+                lines[c.name] = (f"moves {route}: lowers the objective (devils sharing a node, a group spread out, "
+                                 "or power)")
         else:
             why = _why_stays(problem, c, len(plan.migrations), power_offs, staying[c.node])
             apart = next(((rate, b) for rate, b in talks.get(c.name, ()) if after.get(b) != c.node), None)
