@@ -219,7 +219,9 @@ def test_published_ports_and_bridge_networks_work_per_node(clean_lab: Lab) -> No
 
 
 def test_criu_config_is_written_only_when_absent(tmp_path: Path, lab: Lab) -> None:
-    assert CRIU_RUNC_CONF.exists()  # `lab up` wrote it, or an operator's file was there already
+    for name in ("node-1", "node-2", "node-3"):  # `lab up` wrote each node's own, or copied the operator's
+        node_conf = lab.node(name).etc_criu / "runc.conf"
+        assert node_conf.exists() and lab.exec(name, ["cat", str(CRIU_RUNC_CONF)]).stdout == node_conf.read_text()
     conf = tmp_path / "criu" / "runc.conf"
     written: list[str] = []
     assert ensure_criu_config(written=written.append, kept=written.append, path=conf)

@@ -11,6 +11,9 @@
 4. Join: for pairs of talking containers on different nodes, heaviest first, move one onto the
    other's node, or both onto a third with room, where that lowers the objective (the traffic
    saved pays for the moves).
+5. Homecoming: a container the steps above moved whose own node still runs and has room goes
+   back where that lowers the objective (its move bought a join or a drain that a later step
+   undid, or its partner followed it home).
 
 Every decision is priced with `Packing.move_delta`, i.e. in the objective's own terms, and
 steps 2-3 keep within the disruption budget (`Packing.within_budget`).
@@ -396,17 +399,19 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
     (time.perf_counter).
 
     In rounds, heaviest pair first: the pairs are priced a band at a time (`join_offers`, all
-    of a band at once, when the round reaches it: those down to `DEFER_RATIO` times lighter
-    than its first, at least `BAND_PAIRS`), then the offers are taken in turn. An offer that a
-    join since it was priced may have changed (one of its nodes took or lost containers, or one
-    of its containers or their partners moved) is priced again when taken (`price_now`, exact)
-    and its room checked again; if it no longer joins the pair, pays or fits, the pair waits
-    for the next round and is priced again there with all its options. A pair whose offer was
-    up to date and does not pay is dropped, as one at a time would. A round ends before a pair
-    `DEFER_RATIO` times lighter than the heaviest waiting one, so a light pair does not take the
-    room a heavy one waits for (one pair at a time, heaviest first, gave 0.5% less objective at
-    10,000 containers than rounds that ran to their end); as a round ends after a few dozen
-    pairs there, pricing every pair at its start cost most of the join's time.
+    of a band at once, when a round reaches the first without an offer: those down to
+    `DEFER_RATIO` times lighter than it, at least `BAND_PAIRS`), then the offers are taken in
+    turn. An offer that a join since it was priced may have changed (one of its nodes took or
+    lost containers, or one of its containers or their partners moved: each carries the time of
+    its last change) is priced again when taken (`price_now`, exact) and its room checked
+    again; if it no longer joins the pair, pays or fits, the pair waits for the next round and
+    is priced again there with all its options. A pair whose offer was up to date and does not
+    pay is dropped, as one at a time would. A round ends before a pair `DEFER_RATIO` times
+    lighter than the heaviest waiting one, so a light pair does not take the room a heavy one
+    waits for (one pair at a time, heaviest first, gave 0.5% less objective at 10,000
+    containers than rounds that ran to their end); the offers of the pairs a round did not
+    reach are kept for the next (a round ends after a few dozen pairs there: pricing its whole
+    band again each round was most of the join's time).
     """
     inst = pack.inst
     graph = inst.graph
@@ -415,46 +420,47 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
     worth = graph.w > np.minimum(inst.mig_cost[graph.a], inst.mig_cost[graph.b])
     split = np.flatnonzero((pack.assign[graph.a] != pack.assign[graph.b]) & worth)
     pending = split[np.argsort(-graph.w[split], kind="stable")]
-    moved = 0
+    offers: dict[int, tuple[float, int, int, int, int, int]] = {}  # pair: price, c1, t1, c2, t2, when
+    node_at = [0] * inst.n_nodes  # when each node last took or lost a container (joins made)
+    cont_at = [0] * inst.n_containers  # when each container, or a partner of it, last moved
+    clock = moved = 0
     while len(pending):
         pending = pending[pack.assign[graph.a[pending]] != pack.assign[graph.b[pending]]]
         lighter = -graph.w[pending]  # ascending, for searchsorted
         later: list[int] = []
         rest = np.zeros(0, dtype=np.int64)
-        priced = 0  # pending[:priced] have offers
         for i, k in enumerate(pending.tolist()):
             if time.perf_counter() >= deadline:
                 return moved
             if later and graph.w[k] * DEFER_RATIO < graph.w[later[0]]:
-                rest = pending[i:]  # priced again, after the heavier pairs that wait
+                rest = pending[i:]  # after the heavier pairs that wait, with the offers they have
                 break
             a, b = int(graph.a[k]), int(graph.b[k])
             if pack.assign[a] == pack.assign[b]:
                 continue
-            if i >= priced:  # the next band, priced now
-                first = i
-                priced = max(i + BAND_PAIRS, int(np.searchsorted(lighter, -graph.w[k] / DEFER_RATIO, "right")))
-                band = pending[first:priced]
+            if k not in offers:  # the next band, priced now
+                end = max(i + BAND_PAIRS, int(np.searchsorted(lighter, -graph.w[k] / DEFER_RATIO, "right")))
+                band = np.array([p for p in pending[i:end].tolist() if p not in offers], dtype=np.int64)
                 offer = join_offers(pack, graph.a[band], graph.b[band])
-                prices, c1s, t1s, c2s, t2s = (v.tolist() for v in (offer.price, offer.c1, offer.t1, offer.c2, offer.t2))
-                touched_node = np.zeros(inst.n_nodes, dtype=bool)
-                touched = np.zeros(inst.n_containers, dtype=bool)  # moved, or a partner of one moved
-            price = prices[i - first]
+                columns = (offer.price, offer.c1, offer.t1, offer.c2, offer.t2)
+                for p, *terms in zip(band.tolist(), *(v.tolist() for v in columns)):
+                    offers[p] = (*terms, clock)
+            price, c1, t1, c2, t2, when = offers.pop(k)
             sa, sb = int(pack.assign[a]), int(pack.assign[b])
+            ends_moved = cont_at[a] > when or cont_at[b] > when
             if price == math.inf:
-                if touched[a] or touched[b] or touched_node[sa] or touched_node[sb]:
+                if ends_moved or node_at[sa] > when or node_at[sb] > when:
                     later.append(k)
                 continue
-            c1, t1, c2, t2 = c1s[i - first], t1s[i - first], c2s[i - first], t2s[i - first]
             movers = [(c1, t1), (c2, t2)] if c2 >= 0 else [(c1, t1)]
-            if (touched[a] or touched[b] or touched[c1] or (c2 >= 0 and (touched[c2] or touched_node[t2]))
-                    or touched_node[sa] or touched_node[sb] or touched_node[t1]):
+            if (ends_moved or cont_at[c1] > when or (c2 >= 0 and (cont_at[c2] > when or node_at[t2] > when))
+                    or node_at[sa] > when or node_at[sb] > when or node_at[t1] > when):
                 after = dict(movers)  # priced before a join it depends on: price it again now
-                if after.get(a, int(pack.assign[a])) != after.get(b, int(pack.assign[b])) or not _room(pack, movers):
+                if after.get(a, sa) != after.get(b, sb) or not _room(pack, movers):
                     later.append(k)
                     continue
                 if not (price := price_now(pack, movers)) < -1e-9:
-                    if touched[a] or touched[b]:
+                    if ends_moved:
                         later.append(k)
                     continue
             elif not price < -1e-9:
@@ -467,14 +473,14 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
                     pack.move(c, home)
                 continue
             moved += len(movers)
+            clock += 1
             for (c, t), (_, home) in zip(movers, homes):
-                touched_node[[t, home]] = True
-                touched[c] = True
-                touched[graph.around(c)[0]] = True
+                node_at[t] = node_at[home] = cont_at[c] = clock
+                for p in graph.around(c)[0].tolist():
+                    cont_at[p] = clock
         pending = np.concatenate([np.array(later, dtype=np.int64), rest])
         pending = pending[np.argsort(-graph.w[pending], kind="stable")]
     return moved
-
 
 
 def price_now(pack: Packing, movers: list[tuple[int, int]]) -> float:
@@ -564,7 +570,7 @@ def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray 
     on_ends = np.zeros(inst.n_nodes, dtype=bool)  # each node of a pair: its containers, the cheapest to move first
     on_ends[sa] = on_ends[sb] = True
     near = inst.cheapest_to_move[on_ends[assign[inst.cheapest_to_move]]]
-    cheapest = near[np.argsort(assign[near], kind="stable")]
+    cheapest = near[np.argsort(inst.node_keys(assign[near]), kind="stable")]
     ptr = np.concatenate([[0], np.cumsum(np.bincount(assign[near], minlength=inst.n_nodes))])
     for c, d, s, t in ((a, b, sa, sb), (b, a, sb, sa)):
         fit = pack.fits_at(c, t)
@@ -578,7 +584,7 @@ def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray 
     if len(pair) == 0:
         return best
     price = pack.price_moves(c1, t1, c2, t2)
-    order = np.lexsort((np.arange(len(pair)), price, pair))
+    order = np.lexsort((price, pair))  # stable: among equal prices, the row listed first
     ranked = pair[order]
     first = order[np.concatenate([[True], ranked[1:] != ranked[:-1]])]
     at = pair[first]
@@ -658,12 +664,45 @@ def _third_nodes(pack: Packing, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
     return np.concatenate([cand[picked], roomy[: THIRD_NODES - len(picked)]])
 
 
+def homecoming(pack: Packing) -> int:
+    """Send containers back to the node they run on now where it is powered, has room and the
+    move lowers the objective, the greatest gain first, in passes until one sends none; returns
+    how many went back. Each pass prices every candidate at once (`Packing.price_moves`) and one
+    that a move before it in the pass touched (its nodes, or a partner) again when its turn
+    comes (`price_now`, exact). A move made to join a pair or to drain a node stays paid for
+    after a later step moved its partner or kept the node on: at 10,000 containers with a
+    container graph ~100 such containers, 0.5% of the objective (docs/planner.md). It only
+    takes migrations back: always within the budget."""
+    inst, graph = pack.inst, pack.inst.graph
+    back = 0
+    while True:
+        away = np.flatnonzero(pack.assign != inst.orig)
+        away = away[pack.fits_at(away, inst.orig[away])]  # home powered, allowed, with room
+        price = pack.price_moves(away, inst.orig[away])
+        gain = np.flatnonzero(price < -1e-9)
+        touched_node = np.zeros(inst.n_nodes, dtype=bool)
+        touched = np.zeros(inst.n_containers, dtype=bool)  # a partner moved
+        sent = 0
+        for c in away[gain[np.argsort(price[gain], kind="stable")]].tolist():
+            home, s = int(inst.orig[c]), int(pack.assign[c])
+            if (touched[c] or touched_node[home] or touched_node[s]) and not (
+                    pack.fits(c, np.array([home]))[0] and price_now(pack, [(c, home)]) < -1e-9):
+                continue
+            pack.move(c, home)
+            touched_node[[s, home]] = True
+            touched[graph.around(c)[0]] = True
+            sent += 1
+        back += sent
+        if not sent:
+            return back
+
+
 def start(pack: Packing, deadline: float = math.inf) -> None:
-    """The search's starting point: repair, join, consolidate, untangle, join. Repair is not
-    held to the migration budget (the cap comes first); what it spends counts against it. Pairs
-    are joined before draining, while nodes still have room (a drain then prices the pairs it
-    would split), and once more after, for what the drains made possible; joining stops at
-    `deadline`."""
+    """The search's starting point: repair, join, consolidate, untangle, join, homecoming.
+    Repair is not held to the migration budget (the cap comes first); what it spends counts
+    against it. Pairs are joined before draining, while nodes still have room (a drain then
+    prices the pairs it would split), and once more after, for what the drains made possible;
+    joining stops at `deadline`."""
     repair(pack)
     if pack.migration_limit is not None:
         pack.migration_limit = max(pack.migration_limit, pack.migrations())
@@ -671,3 +710,4 @@ def start(pack: Packing, deadline: float = math.inf) -> None:
     consolidate(pack)
     untangle(pack)
     join(pack, deadline)
+    homecoming(pack)

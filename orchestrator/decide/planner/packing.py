@@ -188,7 +188,7 @@ class Packing:
         if w.contention_w > 0:
             k, dk = self.devils[n], (same * dev[:, None, :]).sum(axis=2)[first]
             node += w.contention_w * ((k + dk) * (k + dk - 1) // 2 - k * (k - 1) // 2)
-        delta = np.bincount(row, node, minlength=rows)
+        delta = np.bincount(row, node, minlength=rows).astype(float)  # no rows: bincount gives ints
         o1, o2 = inst.orig[c1], inst.orig[d2]
         delta += inst.mig_cost[c1] * ((t1 != o1).astype(float) - (s1 != o1))
         delta += np.where(two, inst.mig_cost[d2] * ((t2 != o2).astype(float) - (s2 != o2)), 0.0)

@@ -10,7 +10,8 @@
    planner and a share of the time limit.
 3. Refine across pods in this process: place what a pod could not (a container whose eligible
    nodes are all elsewhere), drain each pod's least utilised nodes into any pod's spare room,
-   untangle devils and groups, then large-neighbourhood search over the whole cluster.
+   untangle devils and groups, join pairs, send home what need not have moved, then
+   large-neighbourhood search over the whole cluster.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...domain.model import ClusterSnapshot, Inventory
-from .heuristic import consolidate, join, repair, untangle
+from .heuristic import consolidate, homecoming, join, repair, untangle
 from .instance import Instance
 from .packing import Packing
 from .problem import PlacementProblem, Policy
@@ -184,6 +185,7 @@ def solve_in_pods(
     consolidate(pack, candidates=_least_utilised(pack, pods))
     untangle(pack)
     join(pack, deadline)
+    homecoming(pack)
     return pack, improve(pack, deadline, search, problem.seed, bound)
 
 
