@@ -237,11 +237,15 @@ class Packing:
         total += float(inst.mig_cost[cs][self.assign[cs] != inst.orig[cs]].sum())
         groups = {int(g) for g in inst.group[cs] if g >= 0}
         total += w.affinity_w * sum(len(self.groups[g]) - 1 for g in groups)
-        graph = inst.graph
-        if graph.edges:
-            e = graph.touching(cs)
-            total += float(graph.w[e][self.assign[graph.a[e]] != self.assign[graph.b[e]]].sum())
-        return total
+        return total + self.local_traffic(cs)
+
+    def local_traffic(self, containers: list[int] | np.ndarray) -> float:
+        """The traffic part of `local_objective`: W of the split pairs touching `containers`."""
+        graph = self.inst.graph
+        if not graph.edges:
+            return 0.0
+        e = graph.touching(np.asarray(containers, dtype=np.int64))
+        return float(graph.w[e][self.assign[graph.a[e]] != self.assign[graph.b[e]]].sum())
 
     def mapping(self) -> tuple[dict[str, str], frozenset[str]]:
         """The placement by name: container -> node, and the powered nodes."""
