@@ -70,6 +70,12 @@ class TrafficGraph:
         """W paid by a placement: the edges whose ends are on different nodes."""
         return float(self.w[assign[self.a] != assign[self.b]].sum())
 
+    @cached_property
+    def adjacency(self) -> tuple[list[int], list[int], list[float]]:
+        """The CSR rows as lists, for loops over one container's pairs: row pointers, the
+        neighbour and the pair's weight of each entry."""
+        return self.ptr.tolist(), self.nbr.tolist(), self.w[self.eid].tolist()
+
     def around(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """Container c's neighbours and the edges to them."""
         s, e = self.ptr[c], self.ptr[c + 1]

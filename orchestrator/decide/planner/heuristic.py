@@ -486,50 +486,52 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
 def price_now(pack: Packing, movers: list[tuple[int, int]]) -> float:
     """`Packing.price_moves` of one or two moves (container, target) in plain Python: one join
     checked when taken costs less than a numpy call per term."""
-    inst, w, assign, graph = pack.inst, pack.inst.problem.weights, pack.assign, pack.inst.graph
+    inst, w, assign = pack.inst, pack.inst.problem.weights, pack.assign
+    each = inst.per_container
     change: dict[int, list[float]] = {}
     total = 0.0
-    for c, t in movers:
-        s, home, cost = int(assign[c]), int(inst.orig[c]), float(inst.mig_cost[c])
+    moving = [(c, int(assign[c]), t) for c, t in movers]
+    for c, s, t in moving:
+        home, cost = each.orig[c], each.mig_cost[c]
         total += cost * ((t != home) - (s != home))
         for n, sign in ((s, -1.0), (t, 1.0)):
             d = change.setdefault(n, [0.0, 0])
-            d[0] += sign * float(inst.cpu[c])
-            d[1] += int(sign) * int(inst.devil[c])
+            d[0] += sign * each.cpu[c]
+            d[1] += int(sign) * each.devil[c]
     for n, (cpu, dev) in change.items():
         load = float(pack.load[n])
         total += inst.power1(n, load + cpu) - inst.power1(n, load)
         if dev and w.contention_w > 0:
             k = int(pack.devils[n])
             total += w.contention_w * ((k + dev) * (k + dev - 1) // 2 - k * (k - 1) // 2)
-    if w.affinity_w > 0 and any(inst.group[c] >= 0 for c, _ in movers):
-        total += w.affinity_w * pack._span_change([(c, int(assign[c]), t) for c, t in movers])
+    if w.affinity_w > 0 and any(each.group[c] >= 0 for c, _ in movers):
+        total += w.affinity_w * pack._span_change(moving)
     after = dict(movers)
-    for j, (c, t) in enumerate(movers):
-        s = int(assign[c])
-        nbr, eid = graph.around(c)
-        for p, e in zip(nbr.tolist(), eid.tolist()):
+    ptr, nbr, weight = inst.graph.adjacency
+    for j, (c, s, t) in enumerate(moving):
+        for i in range(ptr[c], ptr[c + 1]):
+            p = nbr[i]
             if j and p == movers[0][0]:
                 continue  # the pair between the two moved containers, counted once
-            there, was = after.get(p, int(assign[p])), int(assign[p])
-            total += float(graph.w[e]) * ((t != there) - (s != was))
+            was = int(assign[p])
+            total += weight[i] * ((t != after.get(p, was)) - (s != was))
     return total
 
 
 def _room(pack: Packing, movers: list[tuple[int, int]]) -> bool:
     """Whether every node `movers` (container, target) add load to has room for what they add."""
-    inst = pack.inst
+    inst, each = pack.inst, pack.inst.per_container
     if len(movers) == 1 or movers[0][1] == movers[1][1]:  # onto one node, from others
         t = movers[0][1]
-        cpu, mem = sum(float(inst.cpu[c]) for c, _ in movers), sum(float(inst.mem[c]) for c, _ in movers)
-        return bool(inst.fits(pack.load[t] + cpu, pack.mem[t] + mem, t))
+        cpu, mem = sum(each.cpu[c] for c, _ in movers), sum(each.mem[c] for c, _ in movers)
+        return inst.fits1(float(pack.load[t]) + cpu, float(pack.mem[t]) + mem, t)
     change: dict[int, list[float]] = {}
     for c, t in movers:
         for n, sign in ((int(pack.assign[c]), -1.0), (t, 1.0)):
             d = change.setdefault(n, [0.0, 0.0])
-            d[0] += sign * float(inst.cpu[c])
-            d[1] += sign * float(inst.mem[c])
-    return all(bool(inst.fits(pack.load[n] + cpu, pack.mem[n] + mem, n))
+            d[0] += sign * each.cpu[c]
+            d[1] += sign * each.mem[c]
+    return all(inst.fits1(float(pack.load[n]) + cpu, float(pack.mem[n]) + mem, n)
                for n, (cpu, mem) in change.items() if cpu > 0 or mem > 0)
 
 

@@ -22,6 +22,18 @@ TINY = 1e-9
 
 
 @dataclass(frozen=True)
+class PerContainer:
+    """`Instance`'s container arrays as lists (reading a list item costs a tenth of a numpy one)."""
+
+    cpu: list[float]
+    mem: list[float]
+    mig_cost: list[float]
+    orig: list[int]
+    devil: list[bool]
+    group: list[int]
+
+
+@dataclass(frozen=True)
 class Instance:
     """Node arrays (length N) and container arrays (length C) of one problem under one CPU cap."""
 
@@ -155,6 +167,21 @@ class Instance:
     def _curves(self) -> tuple[list[float], list[list[float]]]:
         """`cpus` and `watts` as Python lists: `power1` reads them without numpy's cost per item."""
         return self.cpus.tolist(), self.watts.tolist()
+
+    def fits1(self, cpu: float, mem: float, node: int) -> bool:
+        """`fits` of one node, for inner loops: the same rule on Python floats."""
+        cpu_cap, mem_cap = self._caps
+        return bool(capacity.fits(cpu, mem, cpu_cap[node], mem_cap[node]))
+
+    @cached_property
+    def _caps(self) -> tuple[list[float], list[float]]:
+        return self.cpu_cap.tolist(), self.mem_cap.tolist()
+
+    @cached_property
+    def per_container(self) -> PerContainer:
+        """The container arrays as Python lists, for loops that price one move at a time."""
+        return PerContainer(self.cpu.tolist(), self.mem.tolist(), self.mig_cost.tolist(), self.orig.tolist(),
+                            self.devil.tolist(), self.group.tolist())
 
     def fits(
         self,
