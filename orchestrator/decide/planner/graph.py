@@ -26,6 +26,19 @@ def flat_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
     return row, idx
 
 
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """`np.argsort(keys, kind="stable")` of integer keys in [0, bound): as 16-bit integers where
+    they fit, which numpy sorts by radix, ~8x faster than int64 (node or container indices)."""
+    return np.argsort(keys.astype(np.int16) if bound <= np.iinfo(np.int16).max + 1 else keys, kind="stable")
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)`, by a sort: numpy 2's default hash-based unique took ~18x longer on the
+    few thousand node or edge keys the planner dedupes (5,000 keys: 282 us against 16 us)."""
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
 @dataclass(frozen=True)
 class TrafficGraph:
     a: np.ndarray  # int (E,): one end of each edge (container index), a < b
@@ -49,7 +62,7 @@ class TrafficGraph:
         order = np.lexsort((rate, y, x))  # the pairs by (x, y, rate)
         a, b, rate = np.minimum(x, y)[order], np.maximum(x, y)[order], rate[order]
         ends = np.concatenate([a, b])
-        order = np.argsort(ends, kind="stable")
+        order = stable_order(ends, containers)
         eid = np.concatenate([np.arange(len(a)), np.arange(len(a))])[order]
         nbr = np.concatenate([b, a])[order]
         ptr = np.zeros(containers + 1, dtype=np.int64)
@@ -92,4 +105,4 @@ class TrafficGraph:
         """Indices of the edges with at least one end in `containers`, each once."""
         if self.edges == 0 or len(containers) == 0:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate([self.around(int(c))[1] for c in containers]))
+        return sorted_unique(np.concatenate([self.around(int(c))[1] for c in containers]))

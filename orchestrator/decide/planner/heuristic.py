@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import flat_ranges
+from .graph import flat_ranges, sorted_unique, stable_order
 from .instance import TINY
 from .packing import Packing
 
@@ -572,7 +572,7 @@ def join_offers(pack: Packing, a: np.ndarray, b: np.ndarray, shared: np.ndarray 
     on_ends = np.zeros(inst.n_nodes, dtype=bool)  # each node of a pair: its containers, the cheapest to move first
     on_ends[sa] = on_ends[sb] = True
     near = inst.cheapest_to_move[on_ends[assign[inst.cheapest_to_move]]]
-    cheapest = near[np.argsort(inst.node_keys(assign[near]), kind="stable")]
+    cheapest = near[stable_order(assign[near], inst.n_nodes)]
     ptr = np.concatenate([[0], np.cumsum(np.bincount(assign[near], minlength=inst.n_nodes))])
     for c, d, s, t in ((a, b, sa, sb), (b, a, sb, sa)):
         fit = pack.fits_at(c, t)
@@ -638,7 +638,7 @@ def _third_rows(pack: Packing, a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb:
         pick = np.argmin(added, axis=1)
         some = np.isfinite(added[np.arange(len(a)), pick])
         keys.append(np.flatnonzero(some) * n + shared[pick[some]])
-    keys = np.unique(np.concatenate(keys))
+    keys = sorted_unique(np.concatenate(keys))
     i, node = keys // n, keys % n
     ok = (node != sa[i]) & (node != sb[i])
     ok &= pack.fits_at(a[i], node, inst.cpu[a[i]] + inst.cpu[b[i]], inst.mem[a[i]] + inst.mem[b[i]])
