@@ -84,6 +84,11 @@ class TrafficGraph:
         return float(self.w[assign[self.a] != assign[self.b]].sum())
 
     @cached_property
+    def edge_lists(self) -> tuple[list[int], list[int], list[float]]:
+        """`a`, `b` and `w` as lists, for loops over edges one at a time."""
+        return self.a.tolist(), self.b.tolist(), self.w.tolist()
+
+    @cached_property
     def adjacency(self) -> tuple[list[int], list[int], list[float]]:
         """The CSR rows as lists, for loops over one container's pairs: row pointers, the
         neighbour and the pair's weight of each entry."""

@@ -421,6 +421,8 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
     split = np.flatnonzero((pack.assign[graph.a] != pack.assign[graph.b]) & worth)
     pending = split[np.argsort(-graph.w[split], kind="stable")]
     offers: dict[int, tuple[float, int, int, int, int, int]] = {}  # pair: price, c1, t1, c2, t2, when
+    ends_a, ends_b, weight = graph.edge_lists
+    ptr, nbr, _ = graph.adjacency
     node_at = [0] * inst.n_nodes  # when each node last took or lost a container (joins made)
     cont_at = [0] * inst.n_containers  # when each container, or a partner of it, last moved
     clock = moved = 0
@@ -432,21 +434,21 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
         for i, k in enumerate(pending.tolist()):
             if time.perf_counter() >= deadline:
                 return moved
-            if later and graph.w[k] * DEFER_RATIO < graph.w[later[0]]:
+            if later and weight[k] * DEFER_RATIO < weight[later[0]]:
                 rest = pending[i:]  # after the heavier pairs that wait, with the offers they have
                 break
-            a, b = int(graph.a[k]), int(graph.b[k])
-            if pack.assign[a] == pack.assign[b]:
+            a, b = ends_a[k], ends_b[k]
+            sa, sb = int(pack.assign[a]), int(pack.assign[b])
+            if sa == sb:
                 continue
             if k not in offers:  # the next band, priced now
-                end = max(i + BAND_PAIRS, int(np.searchsorted(lighter, -graph.w[k] / DEFER_RATIO, "right")))
+                end = max(i + BAND_PAIRS, int(np.searchsorted(lighter, -weight[k] / DEFER_RATIO, "right")))
                 band = np.array([p for p in pending[i:end].tolist() if p not in offers], dtype=np.int64)
                 offer = join_offers(pack, graph.a[band], graph.b[band])
                 columns = (offer.price, offer.c1, offer.t1, offer.c2, offer.t2)
                 for p, *terms in zip(band.tolist(), *(v.tolist() for v in columns)):
                     offers[p] = (*terms, clock)
             price, c1, t1, c2, t2, when = offers.pop(k)
-            sa, sb = int(pack.assign[a]), int(pack.assign[b])
             ends_moved = cont_at[a] > when or cont_at[b] > when
             if price == math.inf:
                 if ends_moved or node_at[sa] > when or node_at[sb] > when:
@@ -476,8 +478,8 @@ def join(pack: Packing, deadline: float = math.inf) -> int:
             clock += 1
             for (c, t), (_, home) in zip(movers, homes):
                 node_at[t] = node_at[home] = cont_at[c] = clock
-                for p in graph.around(c)[0].tolist():
-                    cont_at[p] = clock
+                for j in range(ptr[c], ptr[c + 1]):
+                    cont_at[nbr[j]] = clock
         pending = np.concatenate([np.array(later, dtype=np.int64), rest])
         pending = pending[np.argsort(-graph.w[pending], kind="stable")]
     return moved
@@ -669,16 +671,16 @@ def _third_nodes(pack: Packing, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
 def homecoming(pack: Packing) -> int:
     """Send containers back to the node they run on now where it is powered, has room and the
     move lowers the objective, the greatest gain first, in passes until one sends none; returns
-    how many went back. Each pass prices every candidate at once (`Packing.price_moves`) and one
-    that a move before it in the pass touched (its nodes, or a partner) again when its turn
-    comes (`price_now`, exact). A move made to join a pair or to drain a node stays paid for
-    after a later step moved its partner or kept the node on: at 10,000 containers with a
-    container graph ~100 such containers, 0.5% of the objective (docs/planner.md). It only
-    takes migrations back: always within the budget."""
+    how many went back. Each pass prices its candidates at once (`Packing.price_moves`), and one
+    that a move before it in the pass touched (its nodes, or a partner) again when its turn comes
+    (`price_now`, exact); a later pass looks only at what the one before touched. A move made to
+    join a pair or to drain a node stays paid for after a later step moved its partner or kept
+    the node on: at 10,000 containers with a container graph ~100 such containers, 0.5% of the
+    objective (docs/planner.md). It only takes migrations back: always within the budget."""
     inst, graph = pack.inst, pack.inst.graph
     back = 0
-    while True:
-        away = np.flatnonzero(pack.assign != inst.orig)
+    away = np.flatnonzero(pack.assign != inst.orig)
+    while len(away):
         away = away[pack.fits_at(away, inst.orig[away])]  # home powered, allowed, with room
         price = pack.price_moves(away, inst.orig[away])
         gain = np.flatnonzero(price < -1e-9)
@@ -696,7 +698,10 @@ def homecoming(pack: Packing) -> int:
             sent += 1
         back += sent
         if not sent:
-            return back
+            break
+        away = np.flatnonzero(pack.assign != inst.orig)
+        away = away[touched[away] | touched_node[pack.assign[away]] | touched_node[inst.orig[away]]]
+    return back
 
 
 def start(pack: Packing, deadline: float = math.inf) -> None:
