@@ -185,7 +185,7 @@ class Packing:
         n = nodes[first]
         change = (same * cpu[:, None, :]).sum(axis=2)[first]
         node = inst.power(n, self.load[n] + change) - inst.power(n, self.load[n])
-        if w.contention_w > 0:
+        if w.contention_w > 0 and (dev1.any() or dev2.any()):  # (no devil moves: no pair changes)
             k, dk = self.devils[n], (same * dev[:, None, :]).sum(axis=2)[first]
             node += w.contention_w * ((k + dk) * (k + dk - 1) // 2 - k * (k - 1) // 2)
         delta = np.bincount(row, node, minlength=rows).astype(float)  # no rows: bincount gives ints
