@@ -113,7 +113,7 @@ def test_joining_only_lowers_the_objective_and_keeps_the_caps(seed: int) -> None
 def full_drain(pack: Packing, s: int) -> bool:
     """try_drain without its bounds: every container priced, kept if the total pays."""
     inst = pack.inst
-    members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
+    members = sorted(pack.members[s], key=inst.size_rank.__getitem__)
     total, done = -float(inst.watts[s, 0]), []
     for c in members:
         mask = pack.fits(c)
@@ -140,7 +140,7 @@ def test_a_drain_stops_early_only_when_it_cannot_pay() -> None:
         nodes = np.flatnonzero(pack.on & inst.can_off)
         bounds = PassBounds(pack, nodes)
         for s in nodes.tolist():
-            members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
+            members = sorted(pack.members[s], key=inst.size_rank.__getitem__)
             kept = bounds.get(s)
             alone = heuristic._traffic_least(pack, s, np.array(members, dtype=np.int64))
             assert kept is not None and np.allclose(kept[0], alone[0]) and kept[1] == alone[1]

@@ -52,11 +52,6 @@ class _Bins:
         return Packing(inst, assign, on)
 
 
-def decreasing(inst: Instance) -> np.ndarray:
-    """Containers by CPU, then memory, largest first (ties by index, so runs are repeatable)."""
-    return np.lexsort((np.arange(inst.n_containers), -inst.mem, -inst.cpu))
-
-
 def opening_order(inst: Instance) -> np.ndarray:
     """Nodes a packer opens: powered ones first, each part most efficient first."""
     eff = inst.efficiency_order
@@ -85,7 +80,7 @@ class FirstFitDecreasing:
         inst = Instance.build(problem)
         bins = _Bins(inst)
         order = opening_order(inst)
-        for c in decreasing(inst):
+        for c in inst.largest_first:
             ok = bins.fits(c)[order]
             if ok.any():
                 bins.put(c, int(order[np.argmax(ok)]))
@@ -108,7 +103,7 @@ class BestFit:
         inst = Instance.build(problem, cap=self.cap)
         bins = _Bins(inst)
         order = opening_order(inst)
-        for c in decreasing(inst):
+        for c in inst.largest_first:
             ok = bins.fits(c)
             open_ok = ok & bins.open
             if open_ok.any():
@@ -132,7 +127,7 @@ class Spread:
         bins = _Bins(inst)
         bins.open |= inst.initially_on
         order = opening_order(inst)
-        for c in decreasing(inst):
+        for c in inst.largest_first:
             ok = bins.fits(c)
             open_ok = ok & bins.open
             if open_ok.any():

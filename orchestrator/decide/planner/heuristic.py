@@ -95,7 +95,7 @@ def repair(pack: Packing) -> None:
     pool = pack.misplaced()
     for n in np.flatnonzero(pack.over_cap()):
         pool += [c for c in evictions(pack, int(n)) if c not in pool]
-    for c in sorted(pool, key=lambda c: (-inst.cpu[c], -inst.mem[c], c)):
+    for c in sorted(pool, key=inst.size_rank.__getitem__):
         mask = pack.fits(c)
         mask[pack.assign[c]] = False
         choice = pick_target(pack, c, mask)
@@ -116,7 +116,7 @@ def try_drain(pack: Packing, s: int, bounds: PassBounds | None = None) -> bool:
     join again in this drain (the targets' loads only grow): its weight is added back to that
     bound. `bounds`: the traffic part of those bounds, computed for a whole pass of `consolidate`."""
     inst = pack.inst
-    members = sorted(pack.members[s], key=lambda c: (-inst.cpu[c], -inst.mem[c], c))
+    members = sorted(pack.members[s], key=inst.size_rank.__getitem__)
     moves, others, later = _least_left(pack, s, members, bounds)
     # Cheap refusal: the moves alone (their migrations, less the traffic they could join) would
     # cost more than everything s draws.
@@ -241,9 +241,8 @@ class PassBounds:
         self.stale = np.zeros(inst.n_nodes, dtype=bool)
         on_nodes = np.zeros(inst.n_nodes, dtype=bool)
         on_nodes[nodes] = True
-        cs = np.flatnonzero(on_nodes[pack.assign])
-        node = pack.assign[cs]
-        cs = cs[np.lexsort((cs, -inst.mem[cs], -inst.cpu[cs], node))]  # by node, then as try_drain drains
+        cs = inst.largest_first[on_nodes[pack.assign[inst.largest_first]]]
+        cs = cs[stable_order(pack.assign[cs], inst.n_nodes)]  # by node, then as try_drain drains
         node = pack.assign[cs]
         self.start = np.searchsorted(node, np.arange(inst.n_nodes + 1))
         rank = np.empty(inst.n_containers, dtype=np.int64)

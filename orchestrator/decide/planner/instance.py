@@ -221,6 +221,19 @@ class Instance:
         return np.maximum(slopes.min(axis=1), 0.0) if self.n_nodes else np.zeros(0)
 
     @cached_property
+    def largest_first(self) -> np.ndarray:
+        """Containers, the largest first: CPU, then memory, descending (ties by index). The order
+        in which a node is drained or its containers re-placed."""
+        return np.lexsort((np.arange(self.n_containers), -self.mem, -self.cpu))
+
+    @cached_property
+    def size_rank(self) -> list[int]:
+        """Each container's place in `largest_first` (a sort key for Python lists of them)."""
+        rank = np.empty(self.n_containers, dtype=np.int64)
+        rank[self.largest_first] = np.arange(self.n_containers)
+        return rank.tolist()
+
+    @cached_property
     def cheapest_to_move(self) -> np.ndarray:
         """Containers, the cheapest to migrate first (ties by index)."""
         return np.argsort(self.mig_cost, kind="stable")
