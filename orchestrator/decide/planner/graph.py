@@ -59,7 +59,7 @@ class TrafficGraph:
         rate = np.fromiter(traffic.values(), float, n)
         keep = (x >= 0) & (y >= 0) & (x != y) & (rate > 0)
         x, y, rate = x[keep], y[keep], rate[keep]
-        order = np.lexsort((rate, y, x))  # the pairs by (x, y, rate)
+        order = np.argsort(x * containers + y)  # the pairs by (x, y): unique, as the mapping's keys are
         a, b, rate = np.minimum(x, y)[order], np.maximum(x, y)[order], rate[order]
         ends = np.concatenate([a, b])
         order = stable_order(ends, containers)
