@@ -110,6 +110,41 @@ def test_joining_only_lowers_the_objective_and_keeps_the_caps(seed: int) -> None
     assert not pack.over_cap().any() or before == pytest.approx(pack.objective())
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_homecoming_sends_back_only_what_pays_and_keeps_the_caps(seed: int) -> None:
+    inst = Instance.build(graph_problem(seed, containers=150, nodes=20))
+    pack = Packing(inst)
+    heuristic.repair(pack)
+    join(pack)
+    rng = np.random.default_rng(seed)
+    for c in rng.choice(np.flatnonzero(pack.assign == inst.orig), 12, replace=False).tolist():
+        room = np.flatnonzero(pack.fits(c) & (np.arange(inst.n_nodes) != inst.orig[c]))
+        if len(room):  # moved for nothing: each of these should go back if its home has room
+            pack.move(c, int(rng.choice(room)))
+    away, before = pack.migrations(), pack.objective()
+    sent = heuristic.homecoming(pack)
+    assert sent > 0 and pack.migrations() == away - sent and pack.objective() < before - 1e-6
+    assert not pack.over_cap().any() or pytest.approx(before) == pack.objective()
+    for c in np.flatnonzero(pack.assign != inst.orig).tolist():  # what stays away would not pay at home now
+        home = int(inst.orig[c])
+        if pack.on[home] and pack.fits(c, np.array([home]))[0]:
+            assert price_now(pack, [(c, home)]) >= -1e-9
+    assert heuristic.homecoming(pack) == 0
+
+
+def test_local_traffic_is_the_cut_of_the_pairs_touching_the_containers() -> None:
+    inst = Instance.build(graph_problem(2))
+    pack = Packing(inst)
+    g = inst.graph
+    cs = [0, 5, 9]
+    touching = np.isin(g.a, cs) | np.isin(g.b, cs)
+    split = pack.assign[g.a] != pack.assign[g.b]
+    assert pack.local_traffic(cs) == pytest.approx(float(g.w[touching & split].sum()))
+    assert pack.local_traffic(list(range(inst.n_containers))) == pytest.approx(g.cut(pack.assign))
+    blind = Instance.build(replace(graph_problem(2), weights=replace(graph_problem(2).weights, traffic_w_per_mbps=0.0)))
+    assert Packing(blind).local_traffic(cs) == 0.0
+
+
 def full_drain(pack: Packing, s: int) -> bool:
     """try_drain without its bounds: every container priced, kept if the total pays."""
     inst = pack.inst
