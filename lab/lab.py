@@ -249,6 +249,11 @@ class Lab:
             "[cluster]", 'name = "lab"', "epoch_seconds = 60", "",
             "[planner]              # lab nodes boot in seconds; real servers: keep the defaults",
             "grace_seconds = 0", "boot_seconds = 10", "wake_timeout_seconds = 90", "",
+            "[remote]               # the lab's nodes are on this host's loopback: a node that stops answering",
+            "connect_timeout_seconds = 3   # is found in seconds; real networks: keep the defaults",
+            "keepalive_seconds = 2", "",
+            "[migration]            # lab containers are small: a dump stalled by a partition is aborted sooner",
+            "dump_timeout_seconds = 20", "",
         ]
         for n in lab.nodes:
             port = int((n.dir / "bmc.port").read_text())

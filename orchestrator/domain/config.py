@@ -38,7 +38,7 @@ from .model import (
     WebConfig,
 )
 from .qos import GuardSettings, QosSettings
-from .settings import NESTED, ForecastSettings, MigrationSettings, PlannerSettings, QosCapSettings
+from .settings import NESTED, ForecastSettings, MigrationSettings, PlannerSettings, QosCapSettings, RemoteSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 WEAK_CIPHER_SUITES = (0, 1, 2)
@@ -307,6 +307,17 @@ class _Migration(_Strict):
         return MigrationSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
 
 
+class _Remote(_Strict):
+    """`[remote]`: see settings.RemoteSettings (unset keys keep its defaults)."""
+
+    connect_timeout_seconds: Annotated[float, Field(**inputs.REMOTE_SECONDS.pydantic())] | None = None
+    connect_attempts: Annotated[int, Field(**inputs.CONNECT_ATTEMPTS.pydantic())] | None = None
+    keepalive_seconds: Annotated[float, Field(**inputs.REMOTE_SECONDS.pydantic())] | None = None
+
+    def settings(self) -> RemoteSettings:
+        return RemoteSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
+
+
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
@@ -317,6 +328,7 @@ class _Inventory(_Strict):
     web: _Web | None = None
     review: _Review = _Review()
     migration: _Migration = _Migration()
+    remote: _Remote = _Remote()
     store: _Store = _Store()
     qos: _Qos = _Qos()
 
@@ -508,7 +520,7 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
                      windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(),
-                     qos=inv.qos.settings())
+                     remote=inv.remote.settings(), qos=inv.qos.settings())
 
 
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`

@@ -118,6 +118,10 @@ POSITIVE_SECONDS = Bounds(0, SECONDS.hi, "s", lo_open=True)
 EPOCH_SECONDS = Bounds(1, 86400, "s", integer=True)
 #: the solver's time per plan
 SOLVER_SECONDS = Bounds(0.1, 3600, "s")
+#: connecting to a node, and its keepalive interval: a tenth of a second to ten minutes
+REMOTE_SECONDS = Bounds(0.1, 600, "s")
+#: attempts to connect to a node before it counts as unreachable
+CONNECT_ATTEMPTS = Bounds(1, 10, integer=True)
 #: the lease: at least a second, at most an hour
 LEASE_SECONDS = Bounds(1, 3600, "s")
 #: a share of a node (CPU or memory cap)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .budgets import Budgets, Window
 from .qos import QosSettings
-from .settings import MigrationSettings, PlannerSettings
+from .settings import MigrationSettings, PlannerSettings, RemoteSettings
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
 #: curve at the measured load: an estimate, never shown as measured
@@ -177,6 +177,7 @@ class Inventory:
     budgets: Budgets = field(default_factory=Budgets)  # [budgets] and [[windows]]: budgets.py
     windows: tuple[Window, ...] = ()
     migration: MigrationSettings = field(default_factory=MigrationSettings)  # [migration]
+    remote: RemoteSettings = field(default_factory=RemoteSettings)  # [remote]: timeouts reaching nodes
     qos: QosSettings = field(default_factory=QosSettings)  # [qos]: the node guards' settings (qos.py)
 
     def __post_init__(self) -> None:

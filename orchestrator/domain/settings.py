@@ -137,3 +137,28 @@ class MigrationSettings:
     def dump_deadline_s(self, memory_mb: float) -> float:
         """Seconds a dump of `memory_mb` may take before it is aborted."""
         return self.dump_timeout_seconds + memory_mb / 20.0
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """How peakpack reaches its nodes, over SSH and the Engine API (inventory `[remote]`).
+
+    A node that stops answering (partitioned, powered off, hung) is only found by a timeout: a
+    connection is given up after `connect_timeout_seconds`, tried `connect_attempts` times; an
+    open one once it has gone `3 x keepalive_seconds` without an answer (SSH keepalives on the
+    command connection; keepalives and TCP_USER_TIMEOUT on the Engine API's). The defaults suit
+    a real network; a lab on one host's loopback sets seconds (`peakpack lab up` does).
+    """
+
+    connect_timeout_seconds: float = 10.0
+    connect_attempts: int = 3
+    keepalive_seconds: float = 5.0
+
+    @property
+    def dead_after_seconds(self) -> float:
+        """How long an open connection may go without an answer before it counts as lost."""
+        return KEEPALIVES_MISSED * self.keepalive_seconds
+
+
+#: keepalives in a row without an answer after which a connection counts as lost
+KEEPALIVES_MISSED = 3

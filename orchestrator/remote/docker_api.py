@@ -24,6 +24,7 @@ unchanged, or as None through `call_or_none`.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ from docker.utils import version_lt
 
 from ..domain.errors import HostKeyError, NodeError
 from ..domain.model import Inventory, NodeSpec, SshConfig
+from ..domain.settings import RemoteSettings
 from .login import pinned_login
 
 T = TypeVar("T")
@@ -64,11 +66,11 @@ class PinnedSSHAdapter(SSHHTTPAdapter):
     accepting only the host key pinned in the inventory's known_hosts. Connects on construction,
     like its base class; a refused host key is a HostKeyError naming the node."""
 
-    def __init__(self, spec: NodeSpec, ssh: SshConfig, *, connect_timeout: float,
+    def __init__(self, spec: NodeSpec, ssh: SshConfig, *, remote: RemoteSettings,
                  timeout: float) -> None:
         self.spec = spec
         self.ssh = ssh
-        self.connect_timeout = connect_timeout
+        self.remote = remote
         try:
             super().__init__(ssh_url(spec.address, ssh), timeout=timeout)
         except BaseException as exc:
@@ -91,10 +93,26 @@ class PinnedSSHAdapter(SSHHTTPAdapter):
             "key_filename": str(self.ssh.identity_file) if self.ssh.identity_file else None,
             "look_for_keys": self.ssh.identity_file is None,  # as asyncssh does in remote.ssh
             "allow_agent": False,
-            "timeout": self.connect_timeout,
-            "banner_timeout": self.connect_timeout,
-            "auth_timeout": self.connect_timeout,
+            "timeout": self.remote.connect_timeout_seconds,
+            "banner_timeout": self.remote.connect_timeout_seconds,
+            "auth_timeout": self.remote.connect_timeout_seconds,
         }
+
+    def _connect(self) -> None:
+        """Connect over a socket that gives up on a peer gone quiet: paramiko sends keepalives
+        every `keepalive_seconds`, and TCP_USER_TIMEOUT drops the connection once data has gone
+        unacknowledged for `dead_after_seconds`, so a call to a partitioned node fails then
+        instead of waiting for its own timeout. A new socket each time (the SDK reconnects
+        through this hook)."""
+        sock = socket.create_connection((self.spec.address, self.ssh.port), self.remote.connect_timeout_seconds)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                            int(self.remote.dead_after_seconds * 1000))
+            self.ssh_client.connect(**self.ssh_params, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        self.ssh_client.get_transport().set_keepalive(max(1, round(self.remote.keepalive_seconds)))
 
     def _explain(self, exc: paramiko.SSHException) -> Exception:
         node, known_hosts = self.spec.name, self.ssh.known_hosts
@@ -123,10 +141,8 @@ class EnginePool:
     A client that failed to reach its engine is dropped, so the next call reconnects.
     """
 
-    def __init__(self, inventory: Inventory, *, connect_timeout: float = 10.0,
-                 request_timeout: float = 60.0) -> None:
+    def __init__(self, inventory: Inventory, *, request_timeout: float = 60.0) -> None:
         self.inventory = inventory
-        self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout  # the SDK's per-request socket timeout
         self._clients: dict[str, tuple[docker.APIClient, PinnedSSHAdapter]] = {}
         self._lock = threading.Lock()
@@ -202,8 +218,7 @@ class EnginePool:
     def _connect(self, node: str) -> tuple[docker.APIClient, PinnedSSHAdapter]:
         spec, ssh = pinned_login(self.inventory, node)
         try:
-            adapter = PinnedSSHAdapter(spec, ssh, connect_timeout=self.connect_timeout,
-                                       timeout=self.request_timeout)
+            adapter = PinnedSSHAdapter(spec, ssh, remote=self.inventory.remote, timeout=self.request_timeout)
         except (OSError, paramiko.SSHException) as exc:
             where = f"{spec.address}:{ssh.port}"
             raise NodeError(node, f"SSH to {where} failed: {describe(exc)}") from None

@@ -21,6 +21,7 @@ import asyncssh
 
 from ..domain.errors import HostKeyError, NodeError, OutcomeUnknown
 from ..domain.model import Inventory
+from ..domain.settings import KEEPALIVES_MISSED
 from .login import pinned_login
 
 T = TypeVar("T")
@@ -38,26 +39,25 @@ class CommandResult:
 
 
 class SshPool:
-    def __init__(self, inventory: Inventory, connect_timeout: float = 10.0, retries: int = 2) -> None:
+    def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self.connect_timeout = connect_timeout
-        self.retries = retries
+        self.remote = inventory.remote  # connect timeout, attempts and keepalives: [remote]
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def _connect(self, node: str) -> asyncssh.SSHClientConnection:
         spec, ssh = pinned_login(self.inventory, node)
         last: Exception | None = None
-        for attempt in range(self.retries + 1):
+        for attempt in range(self.remote.connect_attempts):
             try:
                 return await asyncio.wait_for(
                     asyncssh.connect(
                         spec.address, port=ssh.port, username=ssh.user,
                         client_keys=[str(ssh.identity_file)] if ssh.identity_file else None,
-                        known_hosts=str(ssh.known_hosts), agent_path=None, keepalive_interval=5,
-                        keepalive_count_max=3,
+                        known_hosts=str(ssh.known_hosts), agent_path=None,
+                        keepalive_interval=self.remote.keepalive_seconds, keepalive_count_max=KEEPALIVES_MISSED,
                     ),
-                    self.connect_timeout,
+                    self.remote.connect_timeout_seconds,
                 )
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise HostKeyError(node, f"host key does not match {ssh.known_hosts} ({exc.reason}); "

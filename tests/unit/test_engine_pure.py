@@ -3,11 +3,14 @@ nodes whose host key can't be pinned before any connection is tried."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from peakpack.orchestrator.domain.config import demo_inventory
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import SshConfig
+from peakpack.orchestrator.domain.settings import RemoteSettings
 from peakpack.orchestrator.remote.docker_api import EnginePool, negotiated_version, ssh_url
 
 
@@ -26,7 +29,7 @@ def test_ssh_url_brackets_ipv6() -> None:
 def test_nodes_that_cannot_be_pinned_are_refused_without_connecting() -> None:
     inventory = demo_inventory()
     assert all(n.ssh is None or n.ssh.known_hosts is None for n in inventory.nodes)
-    pool = EnginePool(inventory, connect_timeout=0.1)
+    pool = EnginePool(replace(inventory, remote=RemoteSettings(connect_timeout_seconds=0.1)))
     node = inventory.nodes[0].name
     with pytest.raises(NodeError, match=f"node {node}: no \\[nodes.ssh\\] known_hosts"):
         pool.run(node, lambda api: api.ping())
