@@ -252,8 +252,9 @@ class Lab:
             "[remote]               # the lab's nodes are on this host's loopback: a node that stops answering",
             "connect_timeout_seconds = 3   # is found in seconds; real networks: keep the defaults",
             "keepalive_seconds = 2", "",
-            "[migration]            # lab containers are small: a dump stalled by a partition is aborted sooner",
-            "dump_timeout_seconds = 20", "",
+            "[migration]            # lab containers are small and answer at once after a restore:",
+            "dump_timeout_seconds = 20     # a dump stalled by a partition is aborted sooner, and the source",
+            "grace_seconds = 1             # is removed sooner; real services: keep the defaults (60 and 5)", "",
         ]
         for n in lab.nodes:
             port = int((n.dir / "bmc.port").read_text())
