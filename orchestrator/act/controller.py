@@ -11,7 +11,9 @@ an unsettled migration waits for while its container runs nowhere is woken befor
 (`wakes_for_unsettled`).
 
 Between epochs the leader runs the plans approved on any web page (`apply.run_approvals`: the
-pages hand approvals over through the store and execute nothing themselves), and after each
+pages hand approvals over through the store and execute nothing themselves) and reads the nodes'
+conntrack tables every `[cluster] traffic_read_seconds` (their bytes join the next epoch's
+traffic rows: flows that close between epochs are counted too), and after each
 epoch it applies `[store]` retention (`Journal.prune`, a few batches at a time). Everything that
 acts (reconciling, an epoch, an approved plan) holds `_acting`, so no two of them overlap.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -105,6 +108,7 @@ class Controller:
         console: Console | None = None,
         services: Services | None = None,
         observe: Callable[[], ClusterSnapshot] | None = None,
+        sample_traffic: Callable[[], None] | None = None,
     ) -> None:
         """`services`: what a live controller acts through (None: it only plans); `observe`: how a
         controller without services sees the live cluster (`serve --dry-run`), when there is
@@ -129,6 +133,10 @@ class Controller:
         self._reconciled = False
         self._metrics_served = False
         self._qos_counted: int | None = None  # the newest QoS event row counted in the metrics
+        #: between epochs, the conntrack tables are read (`read_traffic`) by the services or, in a
+        #: dry run, beside the observer; when they were last read (an observation reads them too)
+        self._sample = services.sample_traffic if services is not None else sample_traffic
+        self._traffic_at = time.monotonic()
         if not settings.dry_run and services is None:
             raise ValueError("a live controller needs Services")
 
@@ -144,11 +152,31 @@ class Controller:
             return load_snapshot(self.settings.snapshot_path, self.inventory)
         if self.settings.demo:
             return demo_snapshot(self.inventory)
-        if self.services is not None:
-            return self.services.observe()
-        if self._observer is None:
+        observe = self.services.observe if self.services is not None else self._observer
+        if observe is None:
             raise ValueError("a controller needs a snapshot, the demo, Services or an observer")
-        return self._observer()
+        try:
+            return observe()
+        finally:
+            self._traffic_at = time.monotonic()
+
+    def read_traffic(self) -> None:
+        """Between epochs, the nodes' conntrack tables once `[cluster] traffic_read_seconds` have
+        passed since they were last read (a flow closed with a FIN leaves a table ~120 s later:
+        longer gaps miss connection-per-request traffic); their bytes join the next epoch's rows.
+        Never during an epoch or an approved plan; a failed read is logged and the next one comes."""
+        every = self.inventory.cluster.traffic_read_seconds
+        if self._sample is None or not every or time.monotonic() - self._traffic_at < every:
+            return
+        if not self._acting.acquire(blocking=False):
+            return
+        try:
+            self._sample()
+        except Exception as exc:  # noqa: BLE001 - the next read (or the epoch's) measures the interval
+            self.log(f"traffic read failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._traffic_at = time.monotonic()
+            self._acting.release()
 
     def reconcile(self) -> None:
         """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
@@ -427,6 +455,7 @@ class Controller:
         try:
             while not self._stop.wait(APPROVAL_POLL_S) and not self.lease.lost.is_set():
                 self.run_approved()
+                self.read_traffic()
         finally:
             self.log(("lease lost" if self.lease.lost.is_set() else "stopping") + ": waiting for the action in flight")
             scheduler.shutdown(wait=True)

@@ -64,6 +64,7 @@ class _Cluster(_Strict):
     cap: Share | None = None          # also `[planner].cap`; default: PlannerSettings
     memory_cap: Share | None = None
     epoch_seconds: Annotated[int, Field(**inputs.EPOCH_SECONDS.pydantic())] = 600
+    traffic_read_seconds: Annotated[int, Field(**inputs.TRAFFIC_READ_SECONDS.pydantic())] = 90
 
 
 class _PowerPolicy(_Strict):
@@ -496,7 +497,8 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
         planner, sources = _planner_settings(inv)
     except InventoryError as exc:
         raise InventoryError(f"{label}: {exc}") from None
-    cluster = ClusterConfig(inv.cluster.name, planner.cap, planner.memory_cap, inv.cluster.epoch_seconds)
+    cluster = ClusterConfig(inv.cluster.name, planner.cap, planner.memory_cap, inv.cluster.epoch_seconds,
+                            inv.cluster.traffic_read_seconds)
     web = WebConfig()
     if inv.web is not None:
         try:

@@ -116,6 +116,8 @@ SECONDS = Bounds(0, 10 * 365 * 86400, "s")
 POSITIVE_SECONDS = Bounds(0, SECONDS.hi, "s", lo_open=True)
 #: one epoch: a second to a day
 EPOCH_SECONDS = Bounds(1, 86400, "s", integer=True)
+#: how often `serve` reads the conntrack tables between epochs (0: at observations only)
+TRAFFIC_READ_SECONDS = Bounds(0, 86400, "s", integer=True)
 #: the solver's time per plan
 SOLVER_SECONDS = Bounds(0.1, 3600, "s")
 #: connecting to a node, and its keepalive interval: a tenth of a second to ten minutes

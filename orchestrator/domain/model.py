@@ -125,6 +125,10 @@ class ClusterConfig:
     cap: float = 0.70
     memory_cap: float = 0.95
     epoch_seconds: int = 600
+    #: `serve` reads the nodes' conntrack tables at least this often (0: at observations only): a
+    #: flow closed with a FIN leaves the table ~120 s later, so longer gaps miss
+    #: connection-per-request traffic (docs/traffic.md)
+    traffic_read_seconds: int = 90
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ class Services:
     adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
     account_energy: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
     close: Callable[[], None] = lambda: None
+    #: between observations, read the nodes' conntrack tables into the next observation's traffic
+    sample_traffic: Callable[[], None] = lambda: None
 
 
 class PlanRepo(Protocol):

@@ -26,7 +26,7 @@ from ..domain.plan import Action, Plan
 from ..domain.ports import Services
 from ..domain.records import EnergyRow
 from ..domain.states import ActionState
-from ..observe.cluster import observe_and_record, observe_node
+from ..observe.cluster import observe_and_record, observe_node, sample_traffic
 from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
 
@@ -134,10 +134,17 @@ def _logger(console: Console) -> Callable[[str], None]:
     return lambda text: console.print(text, markup=False, highlight=False)
 
 
-def live_observer(inventory: Inventory, store: Store, console: Console) -> Callable[[], ClusterSnapshot]:
-    """Observing the live cluster (and storing its demand and traffic) without acting: `serve --dry-run`."""
+def live_observer(inventory: Inventory, store: Store, console: Console
+                  ) -> tuple[Callable[[], ClusterSnapshot], Callable[[], None]]:
+    """Observing the live cluster (and storing its demand and traffic) without acting, and
+    reading its conntrack tables between observations: `serve --dry-run`."""
     meter = TrafficMeter(inventory, _logger(console))
-    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory), meter=meter)
+
+    def sample() -> None:
+        with RemoteShell(inventory) as shell:
+            sample_traffic(inventory, shell, meter)
+
+    return lambda: observe_and_record(inventory, store, bmc_power=ipmi.power_probe(inventory), meter=meter), sample
 
 
 def live_services(inventory: Inventory, store: Store, console: Console, *, install_guards: bool = False) -> Services:
@@ -174,4 +181,5 @@ def live_services(inventory: Inventory, store: Store, console: Console, *, insta
         adjust_plan=adjust,
         account_energy=account,
         close=shell.close,
+        sample_traffic=lambda: sample_traffic(inventory, shell, meter),
     )

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from peakpack.migrate import spec
 
@@ -201,10 +201,8 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: 
         items = parse_inspect(node, inspect.stdout)
         containers = containers_of(node, items, usage)
         running = {spec.name_of(d): d for d in items if d["State"]["Running"]}
-        traffic = None
-        if conntrack and address is not None:
-            read = parse_read(conntrack[0].stdout)
-            traffic = (NodeNet.from_inspect(node, read.addresses | {address}, running.values()), read)
+        traffic = (node_traffic(node, address, running.values(), conntrack[0].stdout)
+                   if conntrack and address is not None else None)
         return NodeView(NodeState(node, powered=True), containers, usage=usage,
                         facts=spec.parse_node_facts(node, facts.stdout), inspected=running, traffic=traffic)
     except HostKeyError as exc:
@@ -217,6 +215,39 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: 
         return NodeView(NodeState(node, powered=True), [],
                         f"node {node}: not observed and its BMC {'says it is on' if state else 'cannot tell'}: "
                         f"{str(exc).split(': ', 1)[-1]}")
+
+
+def node_traffic(node: str, address: str, running: Iterable[spec.Inspect], read_text: str) -> NodeTraffic:
+    """A node's conntrack read with what maps it: its containers (their inspect documents) and
+    addresses (the inventory's and the node's own)."""
+    read = parse_read(read_text)
+    return NodeNet.from_inspect(node, read.addresses | {address}, running), read
+
+
+async def read_node_traffic(ssh: SshPool, node: str, address: str) -> NodeTraffic | None:
+    """Between observations: the node's conntrack table and its running containers now (so a
+    container started since is named, never guessed); None when the node does not answer."""
+    try:
+        inspect, conntrack = await asyncio.gather(ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
+                                                  ssh.run(node, ["sh", "-c", READ_SCRIPT], timeout=60))
+        running = [d for d in parse_inspect(node, inspect.stdout) if d["State"]["Running"]]
+        return node_traffic(node, address, running, conntrack.stdout)
+    except NodeError:
+        return None
+
+
+def sample_traffic(inventory: Inventory, shell: RemoteShell, meter: TrafficMeter) -> None:
+    """Read the tables of the nodes the meter measures now, between observations: their bytes go
+    into the rows the next observation stores (`TrafficMeter.sample`)."""
+    nodes = meter.measuring
+    if not nodes:
+        return
+    address = {n.name: n.address for n in inventory.nodes}
+
+    async def every_node() -> list[NodeTraffic | None]:
+        return list(await asyncio.gather(*(read_node_traffic(shell.pool, n, address[n]) for n in nodes)))
+
+    meter.sample(dict(zip(nodes, shell.call(every_node()))), datetime.now(UTC))
 
 
 async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe,

@@ -197,6 +197,7 @@ class Half:
     key: JoinKey | None
     c2s: int
     s2c: int
+    flow: tuple[Any, ...] | None = None  # `Flow.key` of the flow it is a view of
 
 
 def classify(net: NodeNet, flow: Flow, c2s: int = 0, s2c: int = 0) -> Half:
@@ -215,7 +216,7 @@ def classify(net: NodeNet, flow: Flow, c2s: int = 0, s2c: int = 0) -> Half:
     host = Peer(PeerKind.HOST, net.node)
 
     def half(kind: HalfKind, client: Peer | None, server: Peer | None, key: JoinKey | None = None) -> Half:
-        return Half(net.node, kind, client, server, key, c2s, s2c)
+        return Half(net.node, kind, client, server, key, c2s, s2c, flow.key)
 
     dnat = (r.src, r.sport) != (o.dst, o.dport)
     answerer = r.src if dnat else o.dst

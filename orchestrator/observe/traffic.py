@@ -7,8 +7,9 @@ RST, UDP after 30 s): `FlowLedger` keeps each flow's counters from the previous 
 seen before counts its growth, a flow first seen counts whole, and a node's first read (or its
 first after a missed one) is only a baseline. A flow that starts and vanishes between two reads
 is never seen: with reads less than ~100 s apart every FIN-closed connection is seen at least
-once (measured within 1% of the client's own counters, docs/traffic.md); longer epochs
-undercount connection-per-request traffic by about (gap - 120 s) / gap.
+once (measured within 1% of the client's own counters, docs/traffic.md), so `serve` also reads
+the tables between observations (`TrafficMeter.sample`, `cluster.sample_traffic`) and their
+bytes join the next observation's rows.
 
 A flow between two nodes is in both nodes' tables, read at slightly different instants: its
 bytes are counted once, on the server's node (where the DNAT or the destination is) when that
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -151,10 +152,19 @@ class Measured:
 NodeTraffic = tuple[NodeNet, NodeRead]
 
 
+#: (client, its node, server, its node, how, the node that counted): what one record sums
+PairKey = tuple[Peer, str | None, Peer, str | None, str, str]
+
+
 class TrafficMeter:
     """Turns every observation's conntrack reads into `TrafficRecord`s (see the module
     docstring); lives as long as the controller, so that each read has a previous one. Each
-    note about a node (not measured, or what it may miss) is logged once."""
+    note about a node (not measured, or what it may miss) is logged once.
+
+    Between observations the controller may read the tables more often (`sample`: a flow closed
+    with a FIN stays ~120 s in a table, so reads further apart miss connection-per-request
+    traffic): those reads only add to what the next `measure` stores, over the whole interval,
+    so the store holds one set of rows per observation however often the tables are read."""
 
     def __init__(self, inventory: Inventory, log: Callable[[str], None]) -> None:
         self.inventory_addresses = {n.address: n.name for n in inventory.nodes}
@@ -164,6 +174,11 @@ class TrafficMeter:
         self.prev_names: dict[JoinKey, tuple[Peer, str]] = {}
         self.held: list[Half] = []
         self.noted: set[str] = set()
+        #: since the last `measure`: bytes and flows per pair, measured seconds and last read per node
+        self._bytes: dict[PairKey, list[int]] = defaultdict(lambda: [0, 0])
+        self._flows: dict[PairKey, set[tuple[Any, ...]]] = defaultdict(set)
+        self._seconds: dict[str, float] = {}
+        self._lines: dict[str, TrafficRead] = {}
 
     def node_addresses(self, reads: Mapping[str, NodeTraffic | None]) -> dict[str, str]:
         """Address -> node: the inventory's, and each node's own addresses that no other node
@@ -183,13 +198,33 @@ class TrafficMeter:
             self.noted.add(line)
             self.log(line)
 
+    @property
+    def measuring(self) -> list[str]:
+        """The nodes whose last read was measured: what a `sample` reads."""
+        return sorted(self.last_at)
+
     def measure(self, reads: Mapping[str, NodeTraffic | None], at: datetime) -> Measured:
-        """`reads`: node -> its view and read, or None for a node not read now; `at`: when."""
+        """`reads`: node -> its view and read, or None for a node not read now; `at`: when. The
+        records of everything read since the previous `measure`, this read included."""
+        self.sample(reads, at)
+        pairs = [TrafficRecord(at=at, interval_s=self._seconds.get(on, 0.0), counted_on=on, client_kind=c.kind,
+                               client=c.name, client_node=cn, server_kind=s.kind, server=s.name, server_node=sn,
+                               c2s_bytes=v[0], s2c_bytes=v[1], flows=len(self._flows[k]), how=how)
+                 for k, v in self._bytes.items() for (c, cn, s, sn, how, on) in [k]]
+        lines = [replace(line, at=at, interval_s=self._seconds[node], measured=True) if node in self._seconds
+                 else replace(line, at=at) for node, line in self._lines.items()]  # measured earlier in the interval
+        self._bytes.clear()
+        self._flows.clear()
+        self._seconds.clear()
+        self._lines.clear()
+        return Measured(pairs, lines)
+
+    def sample(self, reads: Mapping[str, NodeTraffic | None], at: datetime) -> None:
+        """Read the tables now, adding their bytes to what the next `measure` stores."""
         addresses = self.node_addresses(reads)
         names: dict[JoinKey, tuple[Peer, str]] = {}
         counted: list[Half] = []
         intervals: dict[str, float] = {}  # nodes whose bytes count now: seconds since their last read
-        lines: list[TrafficRead] = []
         for node, got in reads.items():
             why = None if got is None else got[1].why_not_measured(node)
             if got is None or why is not None:
@@ -198,7 +233,7 @@ class TrafficMeter:
                 if got is not None:
                     self._note(why)
                     flows = got[1].flows or ()
-                    lines.append(TrafficRead(at, node, None, len(flows), len(flows), False, why))
+                    self._lines[node] = TrafficRead(at, node, None, len(flows), len(flows), False, why)
                 continue
             net, read = got
             flows = read.flows or ()
@@ -208,6 +243,7 @@ class TrafficMeter:
             interval = None
             if grown is not None and node in self.last_at:
                 interval = intervals[node] = (at - self.last_at[node]).total_seconds()
+                self._seconds[node] = self._seconds.get(node, 0.0) + interval
             self.last_at[node] = at
             for f in flows:
                 if not f.accounted:
@@ -218,16 +254,15 @@ class TrafficMeter:
                     names[half.key] = (half.client, node)
                 if c2s or s2c:
                     counted.append(half)
-            lines.append(TrafficRead(at, node, interval, len(flows), sum(not f.accounted for f in flows),
-                                     True, caveat))
+            self._lines[node] = TrafficRead(at, node, interval, len(flows), sum(not f.accounted for f in flows),
+                                            True, caveat)
         known = {**self.prev_names, **names}
         self.prev_names = names
-        return Measured(self._pairs(counted, known, intervals, addresses, at), lines)
+        self._add(counted, known, intervals, addresses)
 
-    def _pairs(self, counted: Iterable[Half], known: Mapping[JoinKey, tuple[Peer, str]],
-               intervals: Mapping[str, float], addresses: Mapping[str, str], at: datetime) -> list[TrafficRecord]:
-        """One record per (client, server, how, node that counted) with the bytes of `counted`."""
-        acc: dict[tuple[Peer, str | None, Peer, str | None, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    def _add(self, counted: Iterable[Half], known: Mapping[JoinKey, tuple[Peer, str]],
+             intervals: Mapping[str, float], addresses: Mapping[str, str]) -> None:
+        """The bytes of `counted`, by (client, server, how, node that counted)."""
 
         def who(address: str) -> tuple[Peer, str | None]:
             node = addresses.get(address)
@@ -235,10 +270,11 @@ class TrafficMeter:
 
         def add(client: Peer, client_node: str | None, server: Peer, server_node: str | None, how: str,
                 h: Half) -> None:
-            a = acc[(client, client_node, server, server_node, how, h.node)]
+            key = (client, client_node, server, server_node, how, h.node)
+            a = self._bytes[key]
             a[0] += h.c2s
             a[1] += h.s2c
-            a[2] += 1
+            self._flows[key].add((h.node, h.flow if h.flow is not None else id(h)))
 
         held, self.held = self.held, []
         for h, was_held in [*((h, True) for h in held), *((h, False) for h in counted)]:
@@ -258,7 +294,3 @@ class TrafficMeter:
             elif h.kind is HalfKind.OTHER and h.key:
                 add(*who(h.key[1]), *who(h.key[3]), "server-only", h)
             # HalfKind.PROXY: docker-proxy's leg; its client's leg counts the same bytes
-        return [TrafficRecord(at=at, interval_s=intervals.get(on, 0.0), counted_on=on, client_kind=c.kind,
-                              client=c.name, client_node=cn, server_kind=s.kind, server=s.name, server_node=sn,
-                              c2s_bytes=v[0], s2c_bytes=v[1], flows=v[2], how=how)
-                for (c, cn, s, sn, how, on), v in acc.items()]

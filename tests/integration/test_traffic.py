@@ -117,3 +117,75 @@ def test_measured_traffic_joins_a_client_and_its_server_unless_the_weight_is_zer
             lab.exec(node, ["docker", "rm", "-f", name])
         inventory.unlink(missing_ok=True)
         blind.unlink(missing_ok=True)
+
+
+#: a closed connection leaves a conntrack table this many seconds later here (TIME_WAIT, 120 s by
+#: default): the test's epochs stand for real ones, where 600 s epochs and 120 s do the same
+TIME_WAIT_S = 3
+TIME_WAIT = "net.netfilter.nf_conntrack_tcp_timeout_time_wait"
+
+
+def test_reads_between_epochs_count_connections_that_left_the_table_before_the_epoch(clean_lab: Lab,
+                                                                                    tmp_path: Path) -> None:
+    """The client opens a connection per request, and each leaves the tables TIME_WAIT_S after
+    it closed: observations 30 s apart see about a tenth of them, while `serve` reading the tables
+    every 2 s between epochs (`[cluster] traffic_read_seconds`) counts about what the client
+    counted. Both run at once on the same traffic (reading a table changes nothing)."""
+    lab = clean_lab
+    address = lab.layout.node("node-2").address
+    text = lab.inventory_path.read_text().replace("power_managed = true", "power_managed = false")
+    inventories = {}
+    for every in (2, 0):
+        inventories[every] = lab.dir / f"inventory-reads-{every}.toml"
+        inventories[every].write_text(text.replace("epoch_seconds = 60",
+                                                   f"epoch_seconds = 60\ntraffic_read_seconds = {every}", 1))
+    before = {n: lab.exec(n, ["sysctl", "-n", TIME_WAIT]).stdout.strip() for n in ("node-1", "node-2")}
+    serves: list[tuple[subprocess.Popen[str], Path, str]] = []
+    try:
+        for node in before:
+            assert lab.exec(node, ["sysctl", "-qw", f"{TIME_WAIT}={TIME_WAIT_S}"]).returncode == 0
+        run = lab.exec("node-2", ["docker", "run", "-d", "--name", "srv", "-p", "8080:80", IMAGE, "sh", "-c", SERVER])
+        assert run.returncode == 0, run.stderr
+        run = lab.exec("node-1", ["docker", "run", "-d", "--name", "cli", IMAGE, "sh", "-c",
+                                  CLIENT.format(address=address)])
+        assert run.returncode == 0, run.stderr
+        for every, inventory in inventories.items():
+            url, log = f"sqlite:///{tmp_path / f'reads-{every}.db'}", tmp_path / f"serve-{every}.log"
+            serves.append((subprocess.Popen(
+                [sys.executable, "-m", "peakpack", "serve", "--dry-run", "--inventory", str(inventory), "--db", url,
+                 "--epoch-seconds", "30"], stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO),
+                log, url))
+        for proc, log, url in serves:
+            wait_for_plans(url, 2, proc, log)  # the first read was a baseline; counting since
+        started, client_before = time.time(), ip_bytes(lab)
+        for proc, log, url in serves:
+            wait_for_plans(url, 4, proc, log)
+        client_after = ip_bytes(lab)
+    finally:
+        for proc, _, _ in serves:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        for node, value in before.items():
+            lab.exec(node, ["sysctl", "-qw", f"{TIME_WAIT}={value}"])
+        for node, name in (("node-1", "cli"), ("node-2", "srv")):
+            lab.exec(node, ["docker", "rm", "-f", name])
+        for inventory in inventories.values():
+            inventory.unlink(missing_ok=True)
+    for proc, log, _ in serves:
+        assert proc.returncode == 0 and "epoch failed" not in log.read_text(), log.read_text()
+    assert "traffic read failed" not in serves[0][1].read_text()
+
+    def rate(url: str) -> float:
+        with Store.open(url) as store:
+            rows = [p for p in store.traffic.pairs() if (p.client, p.server) == ("cli", "srv")
+                    and p.at.timestamp() > started]
+            reads = [r for r in store.traffic.reads() if r.node == "node-2" and r.at.timestamp() > started]
+        return sum(p.bytes for p in rows) / sum(r.interval_s or 0 for r in reads)
+
+    counted = (client_after[1] - client_before[1]) / (client_after[0] - client_before[0])
+    with_reads, epochs_only = rate(serves[0][2]), rate(serves[1][2])
+    print(f"cli -> srv: client {counted / 1e6:.2f} MB/s; with reads every 2 s {with_reads / 1e6:.2f} MB/s, "
+          f"at observations only {epochs_only / 1e6:.2f} MB/s")
+    assert counted > 6e6, f"the client moved only {counted / 1e6:.1f} MB/s"
+    assert with_reads == pytest.approx(counted, rel=0.15), (with_reads, counted)
+    assert epochs_only < 0.5 * counted, (epochs_only, counted)  # what the reads between epochs catch

@@ -153,3 +153,40 @@ def test_read_script_output_parses() -> None:
     assert got.clock == 1795561528.242018409 and (got.acct, got.timestamp, got.bridge) == ("1", None, "1")
     assert got.addresses == {"127.0.0.1", "10.201.151.11"} and got.flows is not None and len(got.flows) == 2
     assert parse_read("time 1\nacct -\ntimestamp -\nbridge -\nnoflows\n").flows is None
+
+
+def test_reads_between_observations_add_to_the_next_one_and_catch_flows_that_left_the_table() -> None:
+    """A connection per request, each gone from the table before the next observation: the
+    observations alone see none of its bytes; a read between them (`sample`) does, and the next
+    observation stores them over the whole interval, once."""
+    text = (DATA / "a_same_bridge.node-1.proc.txt").read_text()
+    only_reads = TrafficMeter(INVENTORY, lambda _: None)
+    with_samples = TrafficMeter(INVENTORY, lambda _: None)
+    for meter in (only_reads, with_samples):
+        meter.measure({"node-1": (net("node-1"), read("", 0.0))}, T0)
+    with_samples.sample({"node-1": (net("node-1"), read(text, 30.0))}, T0 + timedelta(seconds=30))
+    assert with_samples.measuring == ["node-1"]
+    ends = {"node-1": (net("node-1"), read("", 60.0))}  # the flows have left the table by now
+    seen, missed = (m.measure(ends, T0 + timedelta(seconds=60)) for m in (with_samples, only_reads))
+    assert not missed.pairs
+    whole = {(r.client, r.server): r for r in whole_tables("a_same_bridge")}
+    assert {(r.client, r.server): (r.bytes, r.flows) for r in seen.pairs} == {
+        k: (r.bytes, r.flows) for k, r in whole.items()}
+    assert {r.interval_s for r in seen.pairs} == {60.0}
+    [line] = seen.reads
+    assert (line.node, line.at, line.interval_s, line.measured) == ("node-1", T0 + timedelta(seconds=60), 60.0, True)
+    assert not with_samples.measure(ends, T0 + timedelta(seconds=90)).pairs  # counted once
+
+
+def test_a_flow_seen_by_several_reads_counts_its_growth_and_once_as_a_flow() -> None:
+    line = ("ipv4     2 tcp      6 431999 ESTABLISHED src=172.17.0.3 dst=172.17.0.2 sport=40000 dport=80 "
+            "packets=10 bytes={c2s} src=172.17.0.2 dst=172.17.0.3 sport=80 dport=40000 packets=10 "
+            "bytes={s2c} [ASSURED] mark=0 zone=0 delta-time={age} use=1")
+    meter = TrafficMeter(INVENTORY, lambda _: None)
+    meter.measure({"node-1": (net("node-1"), read(line.format(c2s=100, s2c=1000, age=5), 0.0))}, T0)
+    meter.sample({"node-1": (net("node-1"), read(line.format(c2s=300, s2c=5000, age=35), 30.0))},
+                 T0 + timedelta(seconds=30))
+    got = meter.measure({"node-1": (net("node-1"), read(line.format(c2s=600, s2c=9000, age=65), 60.0))},
+                        T0 + timedelta(seconds=60))
+    [row] = got.pairs
+    assert (row.c2s_bytes, row.s2c_bytes, row.flows, row.interval_s, row.how) == (500, 8000, 1, 60.0, "local")

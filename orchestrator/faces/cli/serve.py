@@ -89,15 +89,16 @@ def serve(
         lease_ttl_s=lease_ttl,
     )
     with open_store(db) as store:
-        services = observer = None
+        services = observer = sampler = None
         if inventory is not None and snapshot is None:
             from ..wiring import live_observer, live_services  # lazy: start-up speed
 
             if dry_run:
-                observer = live_observer(inv, store, err)
+                observer, sampler = live_observer(inv, store, err)
             else:
                 services = live_services(inv, store, console=err, install_guards=True)
-        controller = Controller(inv, store, settings, console=err, services=services, observe=observer)
+        controller = Controller(inv, store, settings, console=err, services=services, observe=observer,
+                                sample_traffic=sampler)
         with ExitStack() as web:
             if http_port is not None:
                 from ...act.apply import hand_to_leader  # lazy: start-up speed
