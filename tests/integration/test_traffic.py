@@ -120,7 +120,7 @@ def test_measured_traffic_joins_a_client_and_its_server_unless_the_weight_is_zer
 
 
 #: a closed connection leaves a conntrack table this many seconds later here (TIME_WAIT, 120 s by
-#: default): the test's epochs stand for real ones, where 600 s epochs and 120 s do the same
+#: default): with the test's 20 s epochs it stands for 120 s with 800 s ones
 TIME_WAIT_S = 3
 TIME_WAIT = "net.netfilter.nf_conntrack_tcp_timeout_time_wait"
 
@@ -128,7 +128,7 @@ TIME_WAIT = "net.netfilter.nf_conntrack_tcp_timeout_time_wait"
 def test_reads_between_epochs_count_connections_that_left_the_table_before_the_epoch(clean_lab: Lab,
                                                                                     tmp_path: Path) -> None:
     """The client opens a connection per request, and each leaves the tables TIME_WAIT_S after
-    it closed: observations 30 s apart see about a tenth of them, while `serve` reading the tables
+    it closed: observations 20 s apart see about a sixth of them, while `serve` reading the tables
     every 2 s between epochs (`[cluster] traffic_read_seconds`) counts about what the client
     counted. Both run at once on the same traffic (reading a table changes nothing)."""
     lab = clean_lab
@@ -153,7 +153,7 @@ def test_reads_between_epochs_count_connections_that_left_the_table_before_the_e
             url, log = f"sqlite:///{tmp_path / f'reads-{every}.db'}", tmp_path / f"serve-{every}.log"
             serves.append((subprocess.Popen(
                 [sys.executable, "-m", "peakpack", "serve", "--dry-run", "--inventory", str(inventory), "--db", url,
-                 "--epoch-seconds", "30"], stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO),
+                 "--epoch-seconds", "20"], stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO),
                 log, url))
         for proc, log, url in serves:
             wait_for_plans(url, 2, proc, log)  # the first read was a baseline; counting since
