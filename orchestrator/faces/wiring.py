@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from rich.console import Console
 
@@ -26,7 +27,7 @@ from ..domain.plan import Action, Plan
 from ..domain.ports import Services
 from ..domain.records import EnergyRow
 from ..domain.states import ActionState
-from ..observe.cluster import observe_and_record, observe_node, sample_traffic
+from ..observe.cluster import observe_and_record, observe_node, sample_traffic, switched_off
 from ..observe.traffic import TrafficMeter
 from ..remote.shell import RemoteShell
 
@@ -43,6 +44,13 @@ class LiveOps:
                  savings: SavingsRecorder) -> None:
         self.inventory, self.store, self.shell, self.log = inventory, store, shell, log
         self.savings = savings
+        #: nodes off at the last observation or switched off since: observed through their BMC first
+        self.off: set[str] = set()
+
+    def observed(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """Remember which nodes `snapshot` found off (for the next observation); `snapshot`."""
+        self.off = {n.name for n in snapshot.nodes if not n.powered}
+        return snapshot
 
     def _answers(self, node: str) -> bool:
         try:
@@ -72,6 +80,7 @@ class LiveOps:
             self.store.power.quarantine(node, f"failed to wake: {exc}")
             raise
         self.store.power.finish(event, "SUCCEEDED")
+        self.off.discard(node)
         self.savings.woke(node, standby)
         self.log(f"{node}: powered on")
 
@@ -89,6 +98,7 @@ class LiveOps:
         self.shell.forget(node)
         self.store.power.set_idle_since(node, None)
         self.store.power.finish(event, "SUCCEEDED")
+        self.off.add(node)
         self.savings.switched_off(node, reason, probe)
         self.log(f"{node}: powered off")
 
@@ -173,10 +183,12 @@ def live_services(inventory: Inventory, store: Store, console: Console, *, insta
                                        for s in sorted({r.source for r in nodes})))
         return rows
 
+    ops = LiveOps(inventory, store, shell, log, savings)
     return Services(
-        observe=lambda: observe_and_record(inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter,
-                                           install_guards=install_guards, log=log),
-        ops=LiveOps(inventory, store, shell, log, savings),
+        observe=lambda: ops.observed(observe_and_record(
+            inventory, store, shell, bmc_power=ipmi.power_probe(inventory), meter=meter, install_guards=install_guards,
+            log=log, believed_off=frozenset(ops.off) | switched_off(store, datetime.now(UTC)))),
+        ops=ops,
         reconcile=lambda: reconcile(inventory, store, shell),
         adjust_plan=adjust,
         account_energy=account,

@@ -181,9 +181,29 @@ class NodeView:
     traffic: NodeTraffic | None = None
 
 
-async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: str | None = None) -> NodeView:
+#: how far back the power events are read for nodes peakpack switched off (`switched_off`)
+SWITCHED_OFF_LOOKBACK = timedelta(days=2)
+
+
+def switched_off(store: Journal, now: datetime) -> frozenset[str]:
+    """Nodes whose last successful power switch in `SWITCHED_OFF_LOOKBACK` turned them off: a
+    new process (`serve --once`, `apply`) asks their BMC first too (`observe_node`)."""
+    last: dict[str, str] = {}
+    for e in store.power.events(since=now - SWITCHED_OFF_LOOKBACK, state="SUCCEEDED"):
+        last[e.node] = e.action
+    return frozenset(n for n, action in last.items() if action == "power_off")
+
+
+async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: str | None = None,
+                       believed_off: bool = False) -> NodeView:
     """`address`: the node's inventory address, given when its traffic is measured too (one more
-    command, `traffic.READ_SCRIPT`, run beside the others)."""
+    command, `traffic.READ_SCRIPT`, run beside the others). `believed_off`: the node was off at
+    the last look (or switched off since), so its BMC is asked first, and a node it says is off is
+    not waited for over SSH (every connection attempt would time out: `[remote]`, 30 s by
+    default, each epoch, for every node consolidation switched off)."""
+    if believed_off and await asyncio.to_thread(bmc_power, node) is False:
+        ssh.forget(node)
+        return NodeView(NodeState(node, powered=False), [])
     try:
         commands = [ssh.run(node, ["sh", "-c", INSPECT_ALL], timeout=60),
                     ssh.run(node, ["sh", "-c", USAGE_SCRIPT], timeout=60),
@@ -251,13 +271,15 @@ def sample_traffic(inventory: Inventory, shell: RemoteShell, meter: TrafficMeter
 
 
 async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProbe,
-                        addresses: Mapping[str, str] | None = None) -> list[NodeView]:
+                        addresses: Mapping[str, str] | None = None,
+                        believed_off: frozenset[str] = frozenset()) -> list[NodeView]:
     """Every node at once, each movable container then told which observed nodes migration
     preflight would refuse it (`spec.why_not_onto`). Shared paths to look for are known only once
     every node answered, so a second read asks the nodes for them, only when there are any; a node
     that cannot answer it counts as lacking them. `addresses` (node -> inventory address): read
-    their conntrack tables too."""
-    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power, (addresses or {}).get(n)) for n in nodes)))
+    their conntrack tables too; `believed_off`: nodes whose BMC is asked first (`observe_node`)."""
+    views = list(await asyncio.gather(*(observe_node(ssh, n, bmc_power, (addresses or {}).get(n), n in believed_off)
+                                        for n in nodes)))
     paths = spec.shared_paths(d for v in views for d in v.inspected.values())
     if paths:
         async def with_paths(v: NodeView) -> NodeView:
@@ -288,15 +310,18 @@ def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteSh
 
 
 def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None, *,
-                  traffic: bool = False) -> tuple[ClusterSnapshot, list[Usage], dict[str, NodeTraffic | None]]:
+                  traffic: bool = False, believed_off: frozenset[str] = frozenset()
+                  ) -> tuple[ClusterSnapshot, list[Usage], dict[str, NodeTraffic | None]]:
     """`observe_cluster`, the cgroup counters of every container in the snapshot and, with
     `traffic`, every node's conntrack read (None for a node not read). `bmc_power` (power/
-    supplies the real one) tells a node that is off from one that does not answer."""
+    supplies the real one) tells a node that is off from one that does not answer; it is asked
+    first for the nodes `believed_off`."""
     own = shell is None
     shell = shell or RemoteShell(inventory)
     addresses = {n.name: n.address for n in inventory.nodes} if traffic else None
     try:
-        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power, addresses))
+        views = shell.call(observe_nodes(shell.pool, [n.name for n in inventory.nodes], bmc_power, addresses,
+                                         believed_off))
     finally:
         if own:
             shell.close()
@@ -337,15 +362,17 @@ PREVIOUS_EPOCHS = 3
 
 def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
                        bmc_power: PowerProbe, meter: TrafficMeter | None = None, install_guards: bool = False,
-                       log: Callable[[str], None] = lambda _: None) -> ClusterSnapshot:
+                       log: Callable[[str], None] = lambda _: None,
+                       believed_off: frozenset[str] = frozenset()) -> ClusterSnapshot:
     """`observe_cluster`, storing every container's demand since its previous row, its stall, what
     the nodes' QoS guards did (`qos.record_qos`; `install_guards`: and install or update a guard
     where it is missing or outdated) and, with a `meter`, the traffic between containers since the
-    previous read."""
+    previous read. `believed_off`: see `observe_node`."""
     own = shell is None
     shell = shell or RemoteShell(inventory)
     try:
-        snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None)
+        snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None,
+                                               believed_off=believed_off)
         recent = snapshot.taken_at - timedelta(seconds=PREVIOUS_EPOCHS * inventory.cluster.epoch_seconds)
         store.demand.add(demand_records(usage, store.demand.latest(since=recent), snapshot.taken_at))
         if meter is not None:

@@ -8,11 +8,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from peakpack.db.store import Store
 from peakpack.migrate import spec
 from peakpack.orchestrator.domain.errors import NodeError
-from peakpack.orchestrator.observe.cluster import INSPECT_ALL, USAGE_SCRIPT, observe_nodes
+from peakpack.orchestrator.observe.cluster import (
+    INSPECT_ALL,
+    SWITCHED_OFF_LOOKBACK,
+    USAGE_SCRIPT,
+    observe_nodes,
+    switched_off,
+)
 from peakpack.orchestrator.remote import CommandResult
 
 APPNET = {"Name": "appnet", "Driver": "bridge", "IPAM": {"Config": [{"Subnet": "172.30.0.0/24"}]}}
@@ -79,3 +88,47 @@ def test_an_unobserved_node_is_not_judged_here() -> None:
     nodes = Nodes({"node-1": [container("shop", volume="data")]}, volumes={"node-1": ["data"]}, networks={},
                   paths={}, down=("node-2",))
     assert nodes.observe(["node-1", "node-2"]) == {"shop": ()}
+
+
+def test_a_node_believed_off_is_asked_to_its_bmc_first_and_not_over_ssh_when_off() -> None:
+    """Its BMC says off: no SSH at all (every attempt would time out); says on, or cannot tell: read
+    over SSH as any node; not believed off: the BMC is asked only when SSH fails."""
+    class Pool(Nodes):
+        def __init__(self) -> None:
+            super().__init__({"node-1": [container("shop")], "node-2": [container("db")]}, {}, {}, {})
+            self.ran: list[str] = []
+            self.forgot: list[str] = []
+
+        async def run(self, node: str, argv: Sequence[str], **kw: Any) -> CommandResult:
+            self.ran.append(node)
+            return await super().run(node, argv, **kw)
+
+        def forget(self, node: str) -> None:
+            self.forgot.append(node)
+
+    bmc = {"node-1": False, "node-2": True, "node-3": None}
+    asked: list[str] = []
+
+    def power(node: str) -> bool | None:
+        asked.append(node)
+        return bmc[node]
+
+    pool = Pool()
+    views = asyncio.run(observe_nodes(pool, ["node-1", "node-2", "node-3"], power,  # type: ignore[arg-type]
+                                      believed_off=frozenset({"node-1", "node-2", "node-3"})))
+    state = {v.state.name: (v.state.powered, [c.name for c in v.containers]) for v in views}
+    assert state == {"node-1": (False, []), "node-2": (True, ["db"]), "node-3": (True, [])}
+    assert "node-1" not in pool.ran and pool.forgot == ["node-1"] and sorted(asked) == ["node-1", "node-2", "node-3"]
+    asked.clear()
+    asyncio.run(observe_nodes(pool, ["node-1", "node-2"], power))  # type: ignore[arg-type]
+    assert asked == [] and "node-1" in pool.ran
+
+
+def test_nodes_switched_off_are_those_whose_last_successful_switch_was_off(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
+        for node, action, state in [("node-1", "power_off", "SUCCEEDED"), ("node-2", "power_off", "SUCCEEDED"),
+                                    ("node-2", "power_on", "SUCCEEDED"), ("node-3", "power_off", "FAILED")]:
+            store.power.finish(store.power.begin(node, action), state)
+        now = datetime.now(UTC)
+        assert switched_off(store, now) == {"node-1"}
+        assert switched_off(store, now + SWITCHED_OFF_LOOKBACK + timedelta(minutes=1)) == set()

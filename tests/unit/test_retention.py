@@ -170,6 +170,7 @@ def per_epoch_queries(store: Store) -> dict[str, Callable[[], object]]:
         "migrations.unfinished": store.migrations.unfinished,
         "migrations.moved_since": lambda: store.migrations.moved_since(since),
         "power.events(ONGOING)": lambda: store.power.events(state="ONGOING"),
+        "power.events(switched off)": lambda: store.power.events(since=since, state="SUCCEEDED"),
         "power.woken_since": lambda: store.power.woken_since(since),
         "plans.unfinished_actions": store.plans.unfinished_actions,
         "plans.history(APPLYING)": lambda: store.plans.history(status=PlanStatus.APPLYING),
