@@ -106,6 +106,8 @@ async def copy_all(ssh: SshPool, source: str, pairs: Sequence[tuple[str, str]], 
               for (a, b), s in zip(pairs, stops, strict=True)]
     try:
         done = await asyncio.gather(*copies)
+    except GeneratorExit:
+        raise  # closed unfinished, its loop gone (a caller abandoned it): nothing can be awaited now
     except BaseException:
         for c in copies:
             c.cancel()
