@@ -303,10 +303,12 @@ def with_refusals(c: Container, view: NodeView, facts: Mapping[str, spec.NodeFac
     return replace(c, refused_on=spec.refused_targets(view.inspected[c.name], c.node, facts))
 
 
-def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None) -> ClusterSnapshot:
+def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None, *,
+                    believed_off: frozenset[str] = frozenset()) -> ClusterSnapshot:
     """Every node at once. A node that cannot be observed is held (its containers are unknown, so
-    nothing moves onto it, off it, or switches it), and the rest of the cluster is planned as usual."""
-    return observe_usage(inventory, bmc_power, shell)[0]
+    nothing moves onto it, off it, or switches it), and the rest of the cluster is planned as usual.
+    `believed_off`: see `observe_node`."""
+    return observe_usage(inventory, bmc_power, shell, believed_off=believed_off)[0]
 
 
 def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None, *,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -14,6 +14,7 @@ from rich.table import Table
 from ...domain import inputs
 from ...domain.errors import PeakpackError
 from ...domain.model import ClusterSnapshot, Inventory
+from ...domain.ports import Journal
 from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, checked, err, open_store, out
 from .tables import Column, WideOpt, print_table
 
@@ -29,9 +30,10 @@ SnapshotOpt = Annotated[
 
 
 def load_inputs(
-    inventory_path: Path | None, snapshot_path: Path | None
+    inventory_path: Path | None, snapshot_path: Path | None, store: Journal | None = None
 ) -> tuple[Inventory, ClusterSnapshot]:
-    """Inventory and snapshot from files, the live nodes, or the embedded demo."""
+    """Inventory and snapshot from files, the live nodes, or the embedded demo (`store`: the nodes
+    it switched off are asked to their BMCs first)."""
     # lazy: start-up speed (each command loads only what it uses)
     from ...domain.config import demo_inventory, demo_snapshot, load_inventory, load_snapshot
 
@@ -45,9 +47,10 @@ def load_inputs(
         return inventory, load_snapshot(snapshot_path, inventory)
     from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
 
-    from ...observe.cluster import observe_cluster  # lazy: start-up speed (each command loads only what it uses)
+    from ...observe.cluster import observe_cluster, switched_off  # lazy: start-up speed
 
-    return inventory, observe_cluster(inventory, power_probe(inventory))
+    off = switched_off(store, datetime.now(UTC)) if store is not None else frozenset()
+    return inventory, observe_cluster(inventory, power_probe(inventory), believed_off=off)
 
 
 #: The actions of a plan as `print_table` shows them (rows: `{"#", "action", "what"}`).
@@ -142,10 +145,10 @@ def plan(
     from ...act.epoch import propose_plan  # lazy: start-up speed (each command loads only what it uses)
     from ...domain.states import PlanStatus
 
-    inv, snap = load_inputs(inventory, snapshot)
-    if explain is not None and explain not in {c.name for c in snap.containers}:
-        raise PeakpackError(f"--explain: no container {explain!r} in the snapshot; name one it lists")
     with open_store(db) as store:  # plans as serve plans; remembers nothing (a dry plan changes nothing)
+        inv, snap = load_inputs(inventory, snapshot, store)
+        if explain is not None and explain not in {c.name for c in snap.containers}:
+            raise PeakpackError(f"--explain: no container {explain!r} in the snapshot; name one it lists")
         proposal = propose_plan(store, inv, snap, status=PlanStatus.RECOMMENDED, dry_run=True, remember=False,
                                 policy=policy, time_limit_s=time_limit)
         qos = qos_rows(proposal.snapshot, suspected(store, inv, proposal.snapshot))
