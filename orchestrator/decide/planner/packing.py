@@ -229,6 +229,10 @@ class Packing:
         """The objective terms that nodes and containers can change (see objective.evaluate):
         power and devil pairs of `nodes`, moves of `containers`, spans of their groups, and the
         traffic of their pairs."""
+        return self.local_energy(nodes, containers) + self.local_traffic(containers)
+
+    def local_energy(self, nodes: list[int], containers: list[int]) -> float:
+        """`local_objective` but traffic (as `Objective.energy_w` is the objective but traffic)."""
         inst, w = self.inst, self.inst.problem.weights
         total = sum(inst.power1(n, self.load[n]) for n in nodes if self.on[n])
         k = self.devils[nodes]
@@ -237,7 +241,7 @@ class Packing:
         total += float(inst.mig_cost[cs][self.assign[cs] != inst.orig[cs]].sum())
         groups = {int(g) for g in inst.group[cs] if g >= 0}
         total += w.affinity_w * sum(len(self.groups[g]) - 1 for g in groups)
-        return total + self.local_traffic(cs)
+        return total
 
     def local_traffic(self, containers: list[int] | np.ndarray) -> float:
         """The traffic part of `local_objective`: W of the split pairs touching `containers`."""

@@ -288,7 +288,7 @@ def local_search(
         if not nodes:
             break
         conts = [c for n in nodes for c in pack.members[n]]
-        before, traffic = pack.local_objective(nodes, conts), pack.local_traffic(conts)
+        energy, traffic = pack.local_energy(nodes, conts), pack.local_traffic(conts)
         res = solve_nodes(
             pack,
             nodes,
@@ -299,11 +299,10 @@ def local_search(
         )
         outcome.neighbourhoods += 1
         if res is not None and apply_if_better(pack, nodes, res):
-            gain = before - pack.local_objective(nodes, conts)
-            objective -= gain
+            energy_after = pack.local_energy(nodes, conts)
+            objective -= energy + traffic - energy_after - pack.local_traffic(conts)
             outcome.improved += 1
-            beyond = gain - (traffic - pack.local_traffic(conts))  # traffic alone does not count
-            stale = 0 if beyond > opts.min_gain * objective else stale + 1
+            stale = 0 if energy - energy_after > opts.min_gain * objective else stale + 1  # traffic alone: not
         else:
             stale += 1
     return outcome
