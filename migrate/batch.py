@@ -23,6 +23,7 @@ from peakpack.orchestrator.domain.states import ActionState, MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
+from . import moved
 from .hold import set_hold
 from .settle import MigrationFacts, PowerProbe, Settler
 from .transaction import Migration
@@ -95,13 +96,15 @@ async def execute_migrations(
 
 async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal,
                                bmc_power: PowerProbe | None = None,
-                               settings: MigrationSettings | None = None,
+                               inventory: Inventory | None = None,
                                stop_requested: Callable[[], bool] = lambda: False) -> list[str]:
     """Settle every migration left open (by a crash, or IN_DOUBT) from what both nodes show;
     never assume success. One that fails to settle for any reason (a docker or database error, a
     bug) stays IN_DOUBT with the reason, journaled, and the others are still settled; only a
     fenced write stops it all (another controller leads). Once `stop_requested()` nothing more is
-    settled (the one in progress ends). Returns one line per migration."""
+    settled (the one in progress ends). `inventory`: its `[migration]` settings (the grace period,
+    the `on_moved` hook) and node addresses; without one, the defaults and no hook. Returns one
+    line per migration (and one per hook that ran)."""
     lines = []
     for m in store.migrations.unfinished():
         if stop_requested():
@@ -109,11 +112,11 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal
                          "stopping; the next reconciliation settles it")
             continue
         try:
-            state, reason = await _reconcile(ssh, engines, store, m, bmc_power, settings or MigrationSettings())
+            state, reason, told = await _reconcile(ssh, engines, store, m, bmc_power, inventory)
         except FencedError:
             raise
         except Exception as exc:  # noqa: BLE001 - one migration's error never stops the others
-            state = MigrationState.IN_DOUBT
+            state, told = MigrationState.IN_DOUBT, None
             reason = f"reconciling failed ({_describe(exc)}); retried at the next reconciliation"
             try:
                 _journal_in_doubt(store, m, reason)
@@ -122,11 +125,14 @@ async def reconcile_migrations(ssh: SshPool, engines: EnginePool, store: Journal
             except Exception as journal:  # noqa: BLE001 - the journal itself failed: the record says so
                 reason += f"; not journaled ({_describe(journal)})"
         lines.append(f"migration {m.id} ({m.container} {m.source} -> {m.target}): {state.value}: {reason}")
+        lines += [told] if told else []
     return lines
 
 
 async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: MigrationRecord,
-                     bmc_power: PowerProbe | None, settings: MigrationSettings) -> tuple[MigrationState, str | None]:
+                     bmc_power: PowerProbe | None, inventory: Inventory | None
+                     ) -> tuple[MigrationState, str | None, str | None]:
+    settings = inventory.migration if inventory is not None else MigrationSettings()
     steps = store.migrations.steps(m.id)
     preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
     facts = MigrationFacts.loads(preflight.detail) if preflight else None
@@ -149,7 +155,22 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         if m.action_id is not None:
             store.plans.set_action_state(m.action_id, ACTION_STATE[state], reason)
         store.migrations.finish(m.id, state, reason)
-    return state, reason
+        if facts is not None and inventory is not None:
+            return state, reason, await _tell(engines, store, inventory, m, state, reason, facts)
+    return state, reason, None
+
+
+async def _tell(engines: EnginePool, store: Journal, inventory: Inventory, m: MigrationRecord,
+                state: MigrationState, reason: str | None, facts: MigrationFacts) -> str | None:
+    """The operator's hook for a migration reconciliation settled; its failure undoes nothing."""
+    try:
+        return await moved.tell(engines, store, inventory.migration, {n.name: n.address for n in inventory.nodes},
+                                inventory.source.parent if inventory.source else None, m.id, m.container,
+                                m.source, m.target, state, reason, facts)
+    except FencedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - settled whatever the hook's journal does
+        return f"on_moved for migration {m.id}: {_describe(exc)}"
 
 
 def _journal_in_doubt(store: Journal, m: MigrationRecord, reason: str | None) -> None:

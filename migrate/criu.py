@@ -115,6 +115,13 @@ def operator_options(conf: bytes) -> set[str]:
     return found
 
 
+def tcp_lines(keep: bool) -> list[str]:
+    """How one migration's dump and restore treat established TCP connections, said in its own
+    block whatever the node's file says: restored on the target when the container's addresses
+    move with it (`segment`), else closed (its clients reconnect)."""
+    return ["no-tcp-close", "tcp-established"] if keep else ["tcp-close", "no-tcp-established"]
+
+
 def handles_tcp(conf: bytes) -> bool:
     """Whether a CRIU config tells CRIU what to do with established TCP connections; without it a
     container with one cannot be checkpointed."""
@@ -249,16 +256,22 @@ def parse_facts(node: str, text: str) -> Facts:
 
 # -- the node's side ------------------------------------------------------------------------------------
 
-#: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand). `alive` reads
-#: the state letter, since a daemon that ended stays a zombie until reaped and `kill -0` says yes.
-NODE_SCRIPT = r"""
-set -u
-LOCK=/etc/criu/peakpack.lock CONF=/etc/criu/runc.conf
+#: shell functions the node-side scripts share: `alive` reads the state letter, since a daemon
+#: that ended stays a zombie until reaped and `kill -0` says yes; `procs` lists a container's
+#: processes (every process of the pid namespace of its init, $1)
+SH_FUNCTIONS = r"""
 alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }
-procs() {  # every process of the pid namespace of $1 (the container's)
+procs() {
   ns=$(readlink /proc/$1/ns/pid) || return 0
   for p in /proc/[0-9]*; do [ "$(readlink $p/ns/pid 2>/dev/null)" = "$ns" ] && echo ${p#/proc/}; done
 }
+"""
+
+#: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand).
+NODE_SCRIPT = r"""
+set -u
+LOCK=/etc/criu/peakpack.lock CONF=/etc/criu/runc.conf
+$SH_FUNCTIONS
 conf_path() { readlink -f "$CONF" 2>/dev/null || echo "$CONF"; }
 # a daemon of this migration (its pidfile, checked against its command line: pids are reused)
 ours() { p=$(cat "$1" 2>/dev/null) && alive "$p" && tr '\0' ' ' < /proc/$p/cmdline | grep -q -- "$2/"; }
@@ -338,8 +351,11 @@ resume)  # PID: undo leave-stopped: CRIU's network lock out of the container's n
   done
   for p in $(procs $1); do kill -CONT $p 2>/dev/null; done
   if nsenter -t $1 -n iptables -S CRIU >/dev/null 2>&1; then echo "CRIU's network lock is still there"; exit 1; fi;;
-answering)  # ADDRESS:PORT...: those that accept a TCP connection from this node within 3 s
-  for a; do timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${a%:*}" "${a##*:}" 2>/dev/null && echo "$a"; done; true;;
+answering)  # PID ADDRESS:PORT...: those that accept a TCP connection within 3 s from the network
+  # namespace of PID (the container's own: a macvlan address is unreachable from its node's)
+  pid=$1; shift
+  for a; do nsenter -t $pid -n timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${a%:*}" "${a##*:}" 2>/dev/null &&
+    echo "$a"; done; true;;
 facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
   mid=$1 dir=$2 ck=$3 pid=$4
   echo "now=$(date +%s.%N)"
@@ -359,7 +375,7 @@ facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
   echo "armed=$armed";;
 *) echo "unknown subcommand $cmd"; exit 2;;
 esac
-""".replace("$TOOLS", " ".join(TOOLS))
+""".replace("$TOOLS", " ".join(TOOLS)).replace("$SH_FUNCTIONS", SH_FUNCTIONS)
 
 
 def script(*args: str | int | float) -> list[str]:
@@ -469,11 +485,12 @@ class NodeCriu:
     async def resume(self, pid: int) -> None:
         await self.run("resume", pid)
 
-    async def answering(self, addresses: Sequence[str]) -> set[str]:
-        """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from this node."""
+    async def answering(self, pid: int, addresses: Sequence[str]) -> set[str]:
+        """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from the network namespace
+        of `pid` (the container's)."""
         if not addresses:
             return set()
-        return set((await self.run("answering", *addresses, timeout=30 + 3 * len(addresses))).split())
+        return set((await self.run("answering", pid, *addresses, timeout=30 + 3 * len(addresses))).split())
 
     async def facts(self, checkpoint_dir: str, pid: int) -> Facts:
         return parse_facts(self.node, await self.run("facts", self.mid, self.dir, checkpoint_dir, pid, timeout=30))

@@ -24,14 +24,16 @@ from datetime import datetime
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.domain.model import Clients
 from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import spec
-from .criu import Facts, LazyPages, NodeCriu
+from .criu import Facts, LazyPages, NodeCriu, tcp_lines
 from .resolve import Copy, Decision, Images, Move, Side, decide
+from .segment import NodeSegment
 
 #: node -> True/False (its BMC's power state) or None (no BMC / unreadable); power/ supplies it
 PowerProbe = Callable[[str], bool | None]
@@ -53,6 +55,23 @@ class MigrationFacts:
     #: published TCP ports ('PORT/tcp') that accepted connections on the source before anything
     #: changed: the target must answer on them before the source goes
     answering: tuple[str, ...] = ()
+    #: what its clients see (`Clients`): "kept" runs the dump and the restore with tcp-established
+    clients: str = Clients.ELSEWHERE.value
+    #: the endpoints whose addresses move with it (`spec.moving_endpoints`), as `Endpoint.to_json`
+    moving: tuple[dict[str, str], ...] = ()
+    #: 'ADDRESS:PORT' at its moving addresses that accepted connections on the source before
+    #: anything changed: the target must answer there too before the source goes
+    listening: tuple[str, ...] = ()
+    #: where clients reached it before the move (`moved.reached`): the hook's "before"
+    before: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keeps_connections(self) -> bool:
+        return self.clients == Clients.KEPT.value
+
+    @property
+    def moving_addresses(self) -> tuple[str, ...]:
+        return tuple(a for e in self.moving for a in (e.get("ipv4"), e.get("ipv6")) if a)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -62,7 +81,9 @@ class MigrationFacts:
         try:
             d = json.loads(text or "")
             return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")),
-                       tuple(d.get("answering", ())))
+                       tuple(d.get("answering", ())), str(d.get("clients", Clients.ELSEWHERE.value)),
+                       tuple(dict(e) for e in d.get("moving", ())), tuple(d.get("listening", ())),
+                       dict(d.get("before") or {}))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -134,6 +155,11 @@ class Settler:
             self._roots[node] = str(info["DockerRootDir"])
         return NodeCriu(self.ssh, node, self._roots[node], self.migration_id)
 
+    async def segment(self, node: str) -> NodeSegment:
+        """`node`'s side of this migration's moving addresses."""
+        await self.criu(node)
+        return NodeSegment(self.ssh, node, self._roots[node], self.migration_id)
+
     async def checkpoint_dir(self, node: str, container_id: str) -> str:
         await self.criu(node)
         return checkpoint_path(self._roots[node], container_id, self.migration_id)
@@ -169,11 +195,12 @@ class Settler:
             return Side(node, Copy.UNKNOWN, fenced=off)
 
     async def _answers(self, criu: NodeCriu, d: dict[str, Any]) -> bool:
-        """Whether the copy `d` accepts connections on every port that answered on the source."""
-        if not self.facts.answering:
+        """Whether the copy `d` accepts connections on every port that answered on the source (its
+        published ports, and the ports it listened on at its moving addresses)."""
+        if not self.facts.answering and not self.facts.listening:
             return True
-        addresses = spec.probe_addresses(d, self.facts.answering)
-        return set(addresses) <= await criu.answering(addresses)
+        addresses = [*spec.probe_addresses(d, self.facts.answering), *self.facts.listening]
+        return set(addresses) <= await criu.answering(int(d["State"]["Pid"]), addresses)
 
     async def run(self, checkpointed: bool, failure: str | None) -> tuple[MigrationState, str | None]:
         """Settle; returns the migration's state (terminal, or IN_DOUBT) and the reason to record."""
@@ -215,6 +242,7 @@ class Settler:
             case Move.REMOVE_TARGET:
                 await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_BACK:
+                await self._links_up(src)
                 await self._remove_checkpoint(src)
                 await self._remove_volumes(dst)
                 await self._set_restart_policy(src)
@@ -246,17 +274,43 @@ class Settler:
         return str(d["Id"])
 
     async def _resume_source(self) -> None:
-        """Undo leave-stopped in place: CRIU's network lock removed, every process continued."""
+        """Undo leave-stopped in place: its connections out of TCP repair mode (with tasks left
+        stopped CRIU never takes them out itself), its links back up with their routes, CRIU's
+        network lock removed, every process continued; then its moving addresses announced from
+        here again."""
         d = await self.engines.inspect_container_or_none(self.source, self.container)
         if d is None or not d["State"]["Running"]:
             raise NodeError(self.source, f"{self.container} is no longer there to resume")
-        await (await self.criu(self.source)).resume(int(d["State"]["Pid"]))
+        pid = int(d["State"]["Pid"])
+        if self.facts.moving:
+            segment = await self.segment(self.source)
+            if self.facts.keeps_connections:
+                await segment.unrepair(pid)
+            await segment.up(pid)
+        await (await self.criu(self.source)).resume(pid)
+        await self._announce(self.source)
+
+    async def _links_up(self, node: str) -> None:
+        """A copy that runs on `node` at the end has its moving addresses' links up (CRIU itself
+        resumes a source whose dump failed, after `segment.down` may have run) and announced."""
+        d = await self.engines.inspect_container_or_none(node, self.container) if self.facts.moving else None
+        if d is not None and d["State"]["Running"]:
+            await (await self.segment(node)).up(int(d["State"]["Pid"]))
+            await self._announce(node)
+
+    async def _announce(self, node: str) -> None:
+        """The network told that the moving addresses are at `node` now (`segment.announce`)."""
+        if not self.facts.moving:
+            return
+        d = await self.engines.inspect_container_or_none(node, self.container)
+        if d is not None and d["State"]["Running"]:
+            await (await self.segment(node)).announce(int(d["State"]["Pid"]), self.facts.moving_addresses)
 
     async def _restore_target(self) -> None:
         """`docker start --checkpoint` on the target, with runc.conf there pointing CRIU at the
         images (under the node's lock, stripped again whatever happens)."""
         criu = await self.criu(self.target)
-        await criu.arm("target", [f"images-dir {criu.dir}/images"])
+        await criu.arm("target", [f"images-dir {criu.dir}/images", *tcp_lines(self.facts.keeps_connections)])
         try:
             await self._start(self.target, checkpoint=True)
         finally:
@@ -265,6 +319,7 @@ class Settler:
     async def _start(self, node: str, checkpoint: bool = False) -> None:
         argv = ["docker", "start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
         await self.ssh.run(node, argv, timeout=self.restore_timeout)
+        await self._announce(node)
         await asyncio.sleep(0.3)  # a restore that dies at once shows as stopped when observed next
 
     async def _finalize_target(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.model import Clients
 
 #: label an operator sets to keep a container where it is
 OPT_OUT_LABEL = "peakpack.migrate"
@@ -27,6 +28,9 @@ OPT_OUT_LABEL = "peakpack.migrate"
 SHARED_PATHS_LABEL = "peakpack.shared-paths"
 #: networks every engine has; never created or removed by a migration
 BUILTIN_NETWORKS = frozenset({"bridge", "host", "none", "default"})
+#: drivers whose networks put containers on the nodes' own segment (their LAN or VLAN), so that the
+#: same network on every node lets an address move from node to node with its container
+SEGMENT_DRIVERS = frozenset({"macvlan", "ipvlan"})
 
 Inspect = Mapping[str, Any]
 
@@ -68,6 +72,20 @@ def published_ports(d: Inspect) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def port_bindings(d: Inspect, node_address: str) -> list[dict[str, Any]]:
+    """Where clients reach the container's published ports: the host address (the node's own when
+    the binding names none), host port, protocol and the container's port."""
+    found = []
+    for spec, bindings in sorted((d["HostConfig"].get("PortBindings") or {}).items()):
+        port, _, proto = spec.partition("/")
+        for b in bindings or ():
+            if b.get("HostPort"):
+                found.append({"address": b.get("HostIp") if b.get("HostIp") not in (None, "", "0.0.0.0", "::")
+                              else node_address, "port": int(b["HostPort"]), "proto": proto or "tcp",
+                              "container_port": int(port)})
+    return found
+
+
 def probe_addresses(d: Inspect, ports: Iterable[str]) -> tuple[str, ...]:
     """'ADDRESS:PORT' where the server behind each of `ports` ('PORT/tcp', of `published_ports`)
     that `d` publishes is reached from its node: the container's own address and port, since the
@@ -86,6 +104,86 @@ def probe_addresses(d: Inspect, ports: Iterable[str]) -> tuple[str, ...]:
 def user_networks(d: Inspect) -> list[str]:
     """User-defined networks the container is attached to (to be present on the target)."""
     return sorted(n for n in (d["NetworkSettings"].get("Networks") or {}) if n not in BUILTIN_NETWORKS)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A container's addresses on one network ("" where it has none)."""
+
+    network: str
+    ipv4: str
+    ipv6: str
+    mac: str
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return tuple(a for a in (self.ipv4, self.ipv6) if a)
+
+    def to_json(self) -> dict[str, str]:
+        return {"network": self.network, "ipv4": self.ipv4, "ipv6": self.ipv6, "mac": self.mac}
+
+
+def endpoints(d: Inspect) -> tuple[Endpoint, ...]:
+    """The container's addresses, network by network (networks that gave it none left out)."""
+    found = []
+    for name, ep in sorted((d["NetworkSettings"].get("Networks") or {}).items()):
+        e = Endpoint(name, str(ep.get("IPAddress") or ""), str(ep.get("GlobalIPv6Address") or ""),
+                     str(ep.get("MacAddress") or ""))
+        if e.addresses:
+            found.append(e)
+    return tuple(found)
+
+
+def spans_segment(net: Inspect | None) -> bool:
+    """A network whose containers sit on the nodes' shared segment: macvlan (every mode bridges
+    onto the parent's L2), or ipvlan in L2 mode (its L3 modes route per node)."""
+    if net is None or (net.get("Driver") or "") not in SEGMENT_DRIVERS:
+        return False
+    return net.get("Driver") == "macvlan" or (net.get("Options") or {}).get("ipvlan_mode", "l2") == "l2"
+
+
+def moving_endpoints(d: Inspect, networks: Mapping[str, Inspect]) -> tuple[Endpoint, ...]:
+    """The container's endpoints whose addresses move with it: those on networks (as its node's
+    engine describes them) that span the segment."""
+    return tuple(e for e in endpoints(d) if spans_segment(networks.get(e.network)))
+
+
+def clients(d: Inspect, networks: Mapping[str, Inspect]) -> Clients:
+    """What the container's clients see when it moves (`Clients`): its connections are kept only
+    when every address it has moves with it (a restored connection needs its address there)."""
+    every = endpoints(d)
+    moving = moving_endpoints(d, networks)
+    if not every:
+        return Clients.NONE
+    if len(moving) == len(every):
+        return Clients.KEPT
+    return Clients.SAME_ADDRESS if moving else Clients.ELSEWHERE
+
+
+def listening_at(ss_listening: str, addresses: Iterable[str]) -> list[str]:
+    """'ADDRESS:PORT' for each of `addresses` and each TCP port a listener accepts on there, from
+    `ss -Hltn` run in the container's network namespace (a wildcard listener accepts on all)."""
+    found = set()
+    for line in ss_listening.splitlines():
+        words = line.split()
+        if len(words) < 4:
+            continue
+        host, _, port = words[3].rpartition(":")
+        for a in addresses:
+            if host in ("*", "0.0.0.0", "[::]", a) and port.isdigit():
+                found.add(f"{a}:{port}")
+    return sorted(found)
+
+
+def address_user(net: Inspect, e: Endpoint) -> str | None:
+    """The container (name) that already uses one of `e`'s addresses on `net`, a network of another
+    node (each node's engine keeps its own address book), or None."""
+    mine = set(e.addresses)
+    for ep in (net.get("Containers") or {}).values():
+        theirs = {str(ep.get(k) or "").partition("/")[0] for k in ("IPv4Address", "IPv6Address")}
+        if mine & theirs:
+            return str(ep.get("Name") or "another container")
+    return None
 
 
 def repository_tag(ref: str) -> tuple[str, str] | None:
@@ -240,6 +338,16 @@ def why_not_onto(d: Inspect, here: NodeFacts, there: NodeFacts, target: str) -> 
         ours, theirs = here.networks.get(name), there.networks.get(name)
         if ours is not None and theirs is not None and (differs := same_network(ours, theirs)) is not None:
             return f"network {name} on {target} has {differs}; make them the same or choose another node"
+    for e in moving_endpoints(d, here.networks):
+        theirs = there.networks.get(e.network)
+        if theirs is None:
+            ours = here.networks[e.network]
+            return (f"network {e.network} ({ours.get('Driver')}) does not exist on {target}, so {e.addresses[0]} "
+                    f"cannot move there; create it on {target} over the same segment (same subnet, parent on "
+                    "that segment, an --ip-range of its own) or choose another node")
+        if (user := address_user(theirs, e)) is not None:
+            return (f"address {e.addresses[0]} of network {e.network} is already used on {target} by {user}; "
+                    "choose another node or free the address there")
     for v in volumes(d):
         if v.name in there.volumes:
             return f"volume {v.name} already exists on {target}; remove it there first (the copy would overwrite it)"
@@ -258,14 +366,18 @@ def ports_in_use(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:
     return [p for p in published_ports(d) if p in taken]
 
 
-def create_body(d: Inspect, *, source_address: str, target_address: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def create_body(d: Inspect, *, source_address: str, target_address: str,
+                keep: Iterable[Endpoint] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """The Engine API body that creates the same container on another node, and the endpoint
     settings of the networks to connect after creation (the engine takes one at create time).
 
     Dropped, because they are node-local: the ID, the cpuset (pinning picks one per node), the
     short-ID network alias. Port bindings on the source node's own address move to the target's.
     Every volume is named explicitly, anonymous ones included, so the target mounts the volume the
-    data was copied into instead of a new empty one.
+    data was copied into instead of a new empty one. The endpoints in `keep` (those whose
+    addresses move: `moving_endpoints`) ask the target's engine for the very addresses they have,
+    whether the operator gave them (`--ip`) or the source's engine chose them; the MAC address
+    follows (Docker derives it from the IPv4 address; one the operator gave is in `Config`).
     """
     body: dict[str, Any] = copy.deepcopy(dict(d["Config"]))
     host: dict[str, Any] = copy.deepcopy(dict(d["HostConfig"]))
@@ -282,16 +394,21 @@ def create_body(d: Inspect, *, source_address: str, target_address: str) -> tupl
         host["Binds"] = [*(host.get("Binds") or ()), *extra_binds]
     body["HostConfig"] = host
     short_id = str(d["Id"])[:12]
-    endpoints = {}
+    per_net: dict[str, Any] = {}
+    kept = {e.network: e for e in keep}
     for net, ep in (d["NetworkSettings"].get("Networks") or {}).items():
         aliases = [a for a in ep.get("Aliases") or () if a != short_id]
-        endpoints[net] = {"Aliases": aliases or None, "IPAMConfig": ep.get("IPAMConfig"),
-                          "Links": ep.get("Links"), "DriverOpts": ep.get("DriverOpts")}
+        ipam = ep.get("IPAMConfig")
+        if net in kept:
+            ipam = {**(ipam or {}), **{k: v for k, v in (("IPv4Address", kept[net].ipv4),
+                                                          ("IPv6Address", kept[net].ipv6)) if v}}
+        per_net[net] = {"Aliases": aliases or None, "IPAMConfig": ipam,
+                        "Links": ep.get("Links"), "DriverOpts": ep.get("DriverOpts")}
     mode = str(host.get("NetworkMode") or "")
-    first = mode if mode in endpoints else ("bridge" if mode == "default" and "bridge" in endpoints else None)
+    first = mode if mode in per_net else ("bridge" if mode == "default" and "bridge" in per_net else None)
     if first is not None:
-        body["NetworkingConfig"] = {"EndpointsConfig": {first: endpoints.pop(first)}}
-    return body, endpoints
+        body["NetworkingConfig"] = {"EndpointsConfig": {first: per_net.pop(first)}}
+    return body, per_net
 
 
 def _rw(d: Inspect, destination: str) -> bool:
@@ -316,6 +433,9 @@ def same_network(a: Inspect, b: Inspect) -> str | None:
     """None when two engines' networks of one name are interchangeable, else what differs."""
     if (a.get("Driver") or "bridge") != (b.get("Driver") or "bridge"):
         return f"driver {b.get('Driver')} instead of {a.get('Driver')}"
+    if spans_segment(a) != spans_segment(b):
+        mode = [(n.get("Options") or {}).get("ipvlan_mode", "l2") for n in (a, b)]
+        return f"ipvlan mode {mode[1]} instead of {mode[0]}"
     subnets = [sorted(c.get("Subnet", "") for c in (n.get("IPAM") or {}).get("Config") or ()) for n in (a, b)]
     if subnets[0] != subnets[1] and subnets[0]:
         return f"subnet {', '.join(subnets[1]) or 'automatic'} instead of {', '.join(subnets[0])}"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import FencedError, MigrationError, NodeError, PeakpackError
@@ -42,7 +42,7 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import criu, room, spec
+from . import criu, moved, room, segment, spec
 from .copy import copy_all, stream_image
 from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
@@ -87,6 +87,8 @@ class MigrationResult:
     total_ms: float | None
     #: refused by preflight: nothing was changed on either node
     refused: bool = False
+    #: what the `[migration] on_moved` hook did (None: no hook, or not settled yet)
+    told: str | None = None
 
 
 def criu_version(text: str) -> tuple[int, ...]:
@@ -121,6 +123,7 @@ class Migration:
         self.dst_upper = ""
         self.dst_volume_dirs: dict[str, str] = {}
         self.networks_to_create: list[dict[str, Any]] = []
+        self.moving: tuple[spec.Endpoint, ...] = ()  # the endpoints whose addresses move with it
         self.memory_mb = 0.0      # the source container's resident memory (its dump's deadline)
         self.post_copy = False    # this migration runs post-copy (the setting, and not critical)
         self.port = 0             # the page server's (post-copy: the source's lazy dump's) port
@@ -173,7 +176,20 @@ class Migration:
         result = await self.settle(failure)
         if result.state is not MigrationState.IN_DOUBT:
             await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
+            result = replace(result, told=await self._tell(result))
         return result
+
+    async def _tell(self, result: MigrationResult) -> str | None:
+        """The operator's hook, once the outcome is in the store; its failure undoes nothing."""
+        inv = self.inventory
+        try:
+            return await moved.tell(self.engines, self.store, self.settings, {n.name: n.address for n in inv.nodes},
+                                    inv.source.parent if inv.source else None, self.mid, self.container,
+                                    self.source, self.target, result.state, result.reason, self.facts)
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the migration is settled whatever the hook's journal does
+            return f"on_moved for migration {self.mid}: {_one_line(exc)}"
 
     async def settle(self, failure: str | None) -> MigrationResult:
         """Finish forward or back from what the nodes show (journaled as its own step)."""
@@ -243,6 +259,9 @@ class Migration:
         if versions[0] != versions[1]:
             raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "
                                  "install the same version on both")
+        self.moving = spec.moving_endpoints(src, here.networks)
+        if self.moving:
+            await asyncio.gather(*(self._segment_tools(n) for n in (self.source, self.target)))
         for node, facts in zip((self.source, self.target), crius):
             if (why := criu.why_not_ready(node, facts)) is not None:
                 raise MigrationError(why)
@@ -259,13 +278,38 @@ class Migration:
             if name not in there.networks:
                 self.networks_to_create.append(spec.network_create_args(here.networks[name]))
         await self._ensure_image()
+        pid = int(src["State"]["Pid"])
         tcp = {p: spec.probe_addresses(src, (p,)) for p in spec.published_ports(src) if p.endswith("/tcp")}
-        answered = await self.src_criu.answering(sorted({a for addresses in tcp.values() for a in addresses}))
+        listening = await self._listening(pid)
+        answered = await self.src_criu.answering(
+            pid, sorted({a for addresses in tcp.values() for a in addresses} | set(listening)))
+        clients = spec.clients(src, here.networks)
         self.facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
                                     volumes=tuple(v.name for v in spec.volumes(src)),
-                                    summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}",
-                                    answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered))
+                                    summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}, "
+                                            f"clients: {clients.says(self.target)}",
+                                    answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered),
+                                    clients=clients.value, moving=tuple(e.to_json() for e in self.moving),
+                                    listening=tuple(a for a in listening if a in answered),
+                                    before=moved.reached(src, self.source, self._spec(self.source).address))
         return self.facts.dumps()  # journaled before anything changes: settling may need it
+
+    async def _segment_tools(self, node: str) -> None:
+        """What moving addresses need on a node besides CRIU's tools (`segment.TOOLS`)."""
+        res = await self.ssh.run(node, ["sh", "-c", 'for t; do command -v "$t" >/dev/null || echo "$t"; done',
+                                        "sh", *segment.TOOLS], check=False)
+        missing = res.stdout.split()
+        if missing or not res.ok:
+            raise NodeError(node, f"{', '.join(missing) or 'a shell'} missing, which moving {self.container}'s "
+                                  "address needs; install python3 (>= 3.9) and iproute2 there")
+
+    async def _listening(self, pid: int) -> list[str]:
+        """'ADDRESS:PORT' where the container listens for TCP at its moving IPv4 addresses."""
+        addresses = [e.ipv4 for e in self.moving if e.ipv4]
+        if not addresses:
+            return []
+        res = await self.ssh.run(self.source, ["nsenter", "-t", str(pid), "-n", "ss", "-Hltn"], timeout=30)
+        return spec.listening_at(res.stdout, addresses)
 
     async def _inspect_all(self, node: str) -> list[dict[str, Any]]:
         def all_containers(api: Any) -> list[dict[str, Any]]:
@@ -360,7 +404,7 @@ class Migration:
             volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
         self.dst_volume_dirs = volume_dirs
         body, more_networks = spec.create_body(self.src, source_address=self._spec(self.source).address,
-                                               target_address=self._spec(self.target).address)
+                                               target_address=self._spec(self.target).address, keep=self.moving)
         body["HostConfig"]["RestartPolicy"] = dict(NO_RESTART)
         made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
         self.target_id = str(made["Id"])
@@ -411,6 +455,10 @@ class Migration:
         return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid)
 
     @property
+    def src_segment(self) -> segment.NodeSegment:
+        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid)
+
+    @property
     def _sockets(self) -> str:
         """The source's sockets of this migration's page transfer (`ss` filter): its connection to
         the target's page server, or, post-copy, its lazy dump's listener and connection."""
@@ -436,9 +484,11 @@ class Migration:
             self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
                                               self._dump_deadline() + 60)
             source_lines, target_lines = ["page-server", f"address {target_address}"], []
+        tcp = criu.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
-            src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped"]),
-            dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines]))
+            src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
+                               *tcp]),
+            dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines, *tcp]))
         return f"{'post-copy from' if self.post_copy else 'page server on'} port {self.port}"
 
     async def checkpoint(self) -> str:
@@ -474,7 +524,7 @@ class Migration:
             descriptors = f"{await src.image_path(str(self.src['Id']))}/descriptors.json"
         else:
             descriptors = f"{self.src_checkpoint}/descriptors.json"
-        payload = await src.send(descriptors)
+        payload, _ = await asyncio.gather(src.send(descriptors), self._links_down())
         done_with_source = [] if self.post_copy else [src.release()]  # post-copy: it serves pages still
         copied, *_ = await asyncio.gather(self._copy_all(self._copies()),
                                           self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
@@ -484,6 +534,12 @@ class Migration:
                                            self._dump_deadline())
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
+
+    async def _links_down(self) -> None:
+        """The dumped source's interfaces that hold the moving addresses down (`segment`): its
+        kernel must not answer ARP for them and pull the traffic back while the target runs."""
+        if self.moving:
+            await self.src_segment.down(int(self.src["State"]["Pid"]), self.facts.moving_addresses)
 
     def _dump_deadline(self) -> float:
         """Seconds the dump (post-copy: the page transfer) may run before it is aborted on the node:
@@ -503,6 +559,11 @@ class Migration:
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
+        if self.moving:  # at once: switches and neighbours still deliver to the source
+            got = await self.engines.inspect_container_or_none(self.target, self.container)
+            if got is not None and got["State"]["Running"]:
+                await segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid).announce(
+                    int(got["State"]["Pid"]), self.facts.moving_addresses)
         await self.dst_criu.release()
 
     async def verify(self) -> str:
@@ -522,6 +583,11 @@ class Migration:
         got = await self.engines.inspect_container_or_none(self.target, self.container)
         if got is None or not got["State"]["Running"]:
             raise MigrationError(f"{self.container}: restored on {self.target} but not running")
+        there = {e.network: e for e in spec.endpoints(got)}
+        for e in self.moving:
+            if e.addresses != there.get(e.network, spec.Endpoint(e.network, "", "", "")).addresses:
+                raise MigrationError(f"{self.container}: restored on {self.target} without its address "
+                                     f"{e.addresses[0]} on {e.network}")
         return detail
 
     async def _stop_lazy_dump(self) -> None:

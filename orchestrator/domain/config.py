@@ -22,6 +22,7 @@ from . import budgets, inputs
 from .errors import InventoryError, PeakpackError, SnapshotError
 from .model import (
     BmcConfig,
+    Clients,
     ClusterConfig,
     ClusterSnapshot,
     Container,
@@ -294,6 +295,8 @@ class _Migration(_Strict):
     dump_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = None
     page_server_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
     page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
+    on_moved: Annotated[str, Field(max_length=4096)] | None = None
+    on_moved_timeout_seconds: Annotated[float, Field(**inputs.HOOK_SECONDS.pydantic())] | None = None
 
     @model_validator(mode="after")
     def _range(self) -> _Migration:
@@ -583,6 +586,7 @@ class _SnapContainer(_Strict):
     ports: list[Annotated[str, Field(pattern=r"^\d{1,5}/(tcp|udp|sctp)$")]] = Field(default_factory=list)
     declared: bool = False
     qos: Literal["ls", "be"] = "ls"
+    clients: Literal["kept", "reconnect", "reconnect-elsewhere", "none"] = "reconnect-elsewhere"
 
 
 class _Snapshot(_Strict):
@@ -622,7 +626,7 @@ def parse_snapshot(data: Any, inventory: Inventory, *, label: str = "snapshot") 
             )
         containers.append(
             Container(c.name, c.node, c.cpu, c.memory_mb, c.image, ContainerClass(c.class_), c.group,
-                      c.immovable, tuple(c.ports), c.declared, qos=QosClass(c.qos))
+                      c.immovable, tuple(c.ports), c.declared, qos=QosClass(c.qos), clients=Clients(c.clients))
         )
     kwargs: dict[str, Any] = {}
     if snap.taken_at:

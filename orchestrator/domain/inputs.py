@@ -122,6 +122,8 @@ TRAFFIC_READ_SECONDS = Bounds(0, 86400, "s", integer=True)
 SOLVER_SECONDS = Bounds(0.1, 3600, "s")
 #: connecting to a node, and its keepalive interval: a tenth of a second to ten minutes
 REMOTE_SECONDS = Bounds(0.1, 600, "s")
+#: how long `[migration] on_moved` may run before it is killed
+HOOK_SECONDS = Bounds(0.1, 3600, "s")
 #: attempts to connect to a node before it counts as unreachable
 CONNECT_ATTEMPTS = Bounds(1, 10, integer=True)
 #: the lease: at least a second, at most an hour

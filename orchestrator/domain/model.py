@@ -46,6 +46,30 @@ class QosClass(StrEnum):
     BE = "be"
 
 
+class Clients(StrEnum):
+    """What a container's clients see when it is live-migrated (docs/migration.md, "Addresses and
+    open connections"): decided by its networks, observed on its node."""
+
+    #: every address it has is on a network spanning the nodes' shared segment (macvlan, ipvlan
+    #: L2): its addresses move with it and its open TCP connections are restored: a pause
+    KEPT = "kept"
+    #: it keeps its address on such a network, but another of its networks is node-local: its
+    #: connections are closed and its clients reconnect to the same address
+    SAME_ADDRESS = "reconnect"
+    #: node-local networks only (published ports, bridges): it answers at the target node's
+    #: address and its connections are closed; clients must find it there
+    ELSEWHERE = "reconnect-elsewhere"
+    #: no network (`--network none`): no client reaches it over TCP
+    NONE = "none"
+
+    def says(self, target: str) -> str:
+        """The clause `peakpack plan` and its explanations give a move onto `target`."""
+        return {Clients.KEPT: "its clients keep their connections (its address moves with it)",
+                Clients.SAME_ADDRESS: "its clients must reconnect (to the same address)",
+                Clients.ELSEWHERE: f"its clients must reconnect at {target}'s address",
+                Clients.NONE: "it has no network clients"}[self]
+
+
 LOAD_POINTS = tuple(i / 10 for i in range(11))
 
 
@@ -225,7 +249,8 @@ class Container:
     volume of its name there, another network of one of its names, missing CPU flags or shared
     paths); observed, so not part of a snapshot file. `qos`: its `peakpack.qos` class;
     `qos_problem` says what is wrong with that label (the container then counts as
-    latency-sensitive, and `peakpack plan` lists it)."""
+    latency-sensitive, and `peakpack plan` lists it). `clients`: what its clients see when it
+    moves (a snapshot file that does not say: they must reconnect elsewhere)."""
 
     name: str
     node: str
@@ -240,6 +265,7 @@ class Container:
     refused_on: tuple[tuple[str, str], ...] = ()
     qos: QosClass = QosClass.LS
     qos_problem: str | None = None
+    clients: Clients = Clients.ELSEWHERE
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -260,6 +286,8 @@ class Container:
             d["declared"] = True
         if self.qos is not QosClass.LS:
             d["qos"] = self.qos.value
+        if self.clients is not Clients.ELSEWHERE:
+            d["clients"] = self.clients.value
         return d
 
 

@@ -133,6 +133,14 @@ class MigrationSettings:
     #: `page_server_port + page_server_ports - 1`: nodes must reach each other on these
     page_server_port: int = 27000
     page_server_ports: int = 1000
+    #: a command run on the head node (`sh -c`, in the inventory's folder) after every settled
+    #: migration, with a JSON document on its standard input saying the container, the nodes, its
+    #: addresses and ports before and after, and how it ended, so the load balancer, DNS or service
+    #: registry in front of the nodes follows it; "" runs nothing (docs/migration.md, "Telling the
+    #: network's other parts")
+    on_moved: str = ""
+    #: the command is killed after this long; a hook that fails or hangs never undoes a migration
+    on_moved_timeout_seconds: float = 30.0
 
     def dump_deadline_s(self, memory_mb: float) -> float:
         """Seconds a dump of `memory_mb` may take before it is aborted."""

@@ -134,7 +134,7 @@ def reconcile(inventory: Inventory, store: Store, shell: RemoteShell,
     migrations first, then the power events, then the plan actions they belonged to. Once
     `stop_requested()` no further migration is settled (the one in progress ends)."""
     lines = shell.call(reconcile_migrations(shell.pool, shell.engines, store, ipmi.power_probe(inventory),
-                                            settings=inventory.migration, stop_requested=stop_requested))
+                                            inventory=inventory, stop_requested=stop_requested))
     lines += reconcile_power_events(store.power, inventory)
     lines += finish_unfinished_actions(store, lambda node: bmc_is_on(inventory, node))
     return lines

@@ -293,14 +293,19 @@ async def observe_nodes(ssh: SshPool, nodes: Sequence[str], bmc_power: PowerProb
 
         views = list(await asyncio.gather(*(with_paths(v) for v in views)))
     facts = {v.state.name: v.facts for v in views if v.facts is not None}
-    return [replace(v, containers=[with_refusals(c, v, facts) for c in v.containers]) for v in views]
+    return [replace(v, containers=[with_node_facts(c, v, facts) for c in v.containers]) for v in views]
 
 
-def with_refusals(c: Container, view: NodeView, facts: Mapping[str, spec.NodeFacts]) -> Container:
-    """`c` with the nodes preflight would refuse it (only a movable container has any)."""
-    if c.immovable is not None or c.name not in view.inspected:
+def with_node_facts(c: Container, view: NodeView, facts: Mapping[str, spec.NodeFacts]) -> Container:
+    """`c` with what the nodes' facts tell of it: what its clients see when it moves (its node's
+    networks), and the nodes preflight would refuse it (only a movable container has any)."""
+    d = view.inspected.get(c.name)
+    if d is None or view.facts is None:
         return c
-    return replace(c, refused_on=spec.refused_targets(view.inspected[c.name], c.node, facts))
+    c = replace(c, clients=spec.clients(d, view.facts.networks))
+    if c.immovable is not None:
+        return c
+    return replace(c, refused_on=spec.refused_targets(d, c.node, facts))
 
 
 def observe_cluster(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShell | None = None, *,

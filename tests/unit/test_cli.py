@@ -46,8 +46,10 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     assert "migrate" in kinds and "power_off" in kinds
     assert kinds.index("power_off") > max(i for i, k in enumerate(kinds) if k == "migrate")
     for a in plan["actions"]:
-        keys = {"kind", "container", "source", "target"} if a["kind"] == "migrate" else {"kind", "node"}
+        keys = {"kind", "container", "source", "target", "clients"} if a["kind"] == "migrate" else {"kind", "node"}
         assert set(a) == keys | {"prediction"}
+        # the demo snapshot says nothing of its networks: every mover's clients must reconnect elsewhere
+        assert a.get("clients", "reconnect-elsewhere") == "reconnect-elsewhere"
     # the prediction's total is the sum of its actions' parts; migrations are frozen, power actions not
     total = plan["prediction"]
     assert total["frozen_source"] == "default" and total["horizon_s"] > 0

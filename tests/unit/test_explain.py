@@ -54,7 +54,8 @@ def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
     assert "migration budget leaves 1" in why["c0-0"] and "budget: 1 migrations per epoch" in why["c0-0"]
     plan, why, _ = explained(Allowance(consolidate=False, power_offs=0, consolidate_why="window mon 08:00-18:00"),
                           hot=6.0)
-    assert all(why[a.container].endswith("over its 70% CPU cap or its memory cap") for a in plan.migrations)
+    assert all(why[a.container].endswith(f"over its 70% CPU cap or its memory cap; its clients must reconnect at "
+                                         f"{a.target}'s address") for a in plan.migrations)
     assert "maintenance window mon 08:00-18:00" in why["c1-0"]
 
 

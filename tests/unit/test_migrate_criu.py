@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -234,8 +235,9 @@ def test_answering_names_the_addresses_that_accept_a_connection(etc: Path) -> No
         closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
         up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, closed))
         node = NodeCriu(LocalNode(etc), "node-1", "/docker", 1)  # type: ignore[arg-type]
-        assert asyncio.run(node.answering([up, down])) == {up}
-        assert asyncio.run(node.answering([])) == set()
+        here = os.getpid()  # probed from this process's network namespace, as from a container's
+        assert asyncio.run(node.answering(here, [up, down])) == {up}
+        assert asyncio.run(node.answering(here, [])) == set()
 
 
 def test_the_ports_to_probe_are_the_servers_behind_the_published_ones() -> None:

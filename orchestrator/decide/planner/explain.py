@@ -15,6 +15,9 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
   traffic saves or does not fit ("stays: joining db-1 would cost more than its 12 MB/s saves");
   otherwise moving it would cost more than it saves.
 
+A moving container's line ends with what its clients see (`Clients.says`): connections kept, or
+reconnect to the same address, or at the target node's.
+
 A container on a node that plans under a lowered cap (its latency-sensitive containers stalled,
 `decide/qos.py`) gets that cap and why appended, moving or staying.
 """
@@ -81,6 +84,7 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
             else:
                 lines[c.name] = (f"moves {route}: lowers the objective (devils sharing a node, a group spread out, "
                                  "or power)")
+            lines[c.name] += f"; {c.clients.says(after[c.name])}"
         else:
             why = _why_stays(problem, c, len(plan.migrations), power_offs, staying[c.node])
             apart = next(((rate, b) for rate, b in talks.get(c.name, ()) if after.get(b) != c.node), None)

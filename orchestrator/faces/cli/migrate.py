@@ -62,11 +62,13 @@ def migrate(
                                           bmc_power=power_probe(inv), stop_requested=stop).run())
     if result.refused:  # preflight said no: nothing changed on either node
         raise PeakpackError(result.reason or f"{container}: refused")
+    if result.told:
+        err.print(result.told, markup=False, highlight=False)
     if json_out:
         sys.stdout.write(json.dumps({"migration_id": result.migration_id, "container": result.container,
                                      "source": result.source, "target": result.target, "state": result.state.value,
                                      "reason": result.reason, "frozen_ms": result.frozen_ms,
-                                     "total_ms": result.total_ms}) + "\n")
+                                     "total_ms": result.total_ms, "on_moved": result.told}) + "\n")
     else:
         frozen = f", frozen {result.frozen_ms:.0f} ms" if result.frozen_ms else ""
         out.print(f"{container}: {result.source} -> {result.target}: {result.state.value}{frozen}"

@@ -13,13 +13,13 @@ from rich.table import Table
 
 from ...domain import inputs
 from ...domain.errors import PeakpackError
-from ...domain.model import ClusterSnapshot, Inventory
+from ...domain.model import Clients, ClusterSnapshot, Inventory
 from ...domain.ports import Journal
 from .common import DbOpt, InventoryOpt, JsonOpt, PlanIdArg, TimeLimitOpt, checked, err, open_store, out
 from .tables import Column, WideOpt, print_table
 
 if TYPE_CHECKING:
-    from ...domain.plan import Plan
+    from ...domain.plan import Action, Plan
 
 SnapshotOpt = Annotated[
     Optional[Path],
@@ -61,10 +61,22 @@ ACTION_COLUMNS = (
 )
 
 
-def print_plan(plan: Plan, wide: bool = False) -> None:
-    rows = [{"#": i, "action": a.kind.value,
-             "what": f"{a.container}: {a.source} -> {a.target}" if a.container else str(a.node)}
-            for i, a in enumerate(plan.actions, 1)]
+def clients_of(snapshot: ClusterSnapshot, a: Action) -> Clients | None:
+    """What the clients of a migrated container see (None for a power action)."""
+    if a.container is None:
+        return None
+    found = next((c for c in snapshot.containers if c.name == a.container), None)
+    return Clients.ELSEWHERE if found is None else found.clients
+
+
+def print_plan(plan: Plan, snapshot: ClusterSnapshot, wide: bool = False) -> None:
+    def what(a: Action) -> str:
+        if a.container is None:
+            return str(a.node)
+        clients = clients_of(snapshot, a)
+        return f"{a.container}: {a.source} -> {a.target}" + (f" ({clients.says(str(a.target))})" if clients else "")
+
+    rows = [{"#": i, "action": a.kind.value, "what": what(a)} for i, a in enumerate(plan.actions, 1)]
     if not plan.actions:
         rows = [{"#": "-", "action": "none", "what": "the current placement is already the best found"}]
     print_table(out, ACTION_COLUMNS, rows, wide=wide,
@@ -160,8 +172,10 @@ def plan(
         err.print(f"held: {node}: {why}", markup=False, highlight=False)
     if json_out:
         doc = result.to_json()
-        for a, p in zip(doc["actions"], prediction.actions, strict=True):
+        for a, p, action in zip(doc["actions"], prediction.actions, result.actions, strict=True):
             a["prediction"] = p.to_json()
+            if (clients := clients_of(snap, action)) is not None:
+                a["clients"] = clients.value
         sys.stdout.write(json.dumps({**doc, "immovable": immovable, "held": dict(snap.held), "qos": qos,
                                      "lowered_caps": lowered,
                                      "status": "RECOMMENDED", "expires_at": until.isoformat(),
@@ -169,7 +183,7 @@ def plan(
                                      **({"explanation": {explain: result.explanations[explain]}}
                                         if explain is not None else {})}) + "\n")
     else:
-        print_plan(result, wide)
+        print_plan(result, snap, wide)
         print_immovable(immovable, wide)
         if qos:
             print_table(out, QOS_COLUMNS, qos, title="QoS: label problems and suspected devils", wide=wide)
