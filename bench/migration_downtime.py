@@ -19,7 +19,8 @@ client saw acknowledged is looked for; the client's longest gap between two ackn
 is printed next to the frozen time. Ratios printed: frozen / raw CRIU, same run.
 
 The memcached image is built without a registry: Debian's memcached package (`apt-get download`,
-cached in /var/cache/peakpack-bench), its libraries and busybox, `docker import`ed on each node.
+cached in /var/cache/peakpack/memcached: `lab.image.memcached_image`), its libraries and busybox,
+`docker import`ed on each node.
 These VMs are small and shared: compare ratios within one run, not absolute times across runs.
 """
 
@@ -30,10 +31,8 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from peakpack.lab.image import MEMCACHED_IMAGE as IMAGE
+from peakpack.lab.image import memcached_image, memcached_rootfs
 from peakpack.lab.node import docker
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
@@ -51,8 +52,6 @@ from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 
-IMAGE = "peakpack/memcached:lab"
-CACHE = Path("/var/cache/peakpack-bench")
 PORT, RAW_PORT = 11211, 11311
 VALUE_KB = 100
 #: memcached as the container runs it (as root: where root lacks CAP_SYS_RESOURCE CRIU cannot dump
@@ -80,43 +79,6 @@ dump)
   echo "$t0 $t1 $t2 $(cat "$dir/restored.pid")";;
 esac
 """
-
-
-# -- the memcached image ----------------------------------------------------------------------------
-
-def memcached_rootfs() -> Path:
-    """Debian's memcached with its libraries and busybox in a folder (built once, cached)."""
-    root = CACHE / "rootfs"
-    if (root / "usr/bin/memcached").exists():
-        return root
-    CACHE.mkdir(parents=True, exist_ok=True)
-    if not list(CACHE.glob("memcached_*.deb")):
-        subprocess.run(["apt-get", "download", "memcached"], cwd=CACHE, check=True)
-    work = Path(tempfile.mkdtemp(dir=CACHE))
-    subprocess.run(["dpkg-deb", "-x", str(next(CACHE.glob("memcached_*.deb"))), str(work / "x")], check=True)
-    for d in ("bin", "usr/bin", "tmp", "proc", "sys", "dev", "etc", "root"):
-        (work / "rootfs" / d).mkdir(parents=True, exist_ok=True)
-    shutil.copy2("/bin/busybox", work / "rootfs/bin/busybox")
-    (work / "rootfs/bin/sh").symlink_to("busybox")
-    shutil.copy2(work / "x/usr/bin/memcached", work / "rootfs/usr/bin/memcached")
-    ldd = subprocess.run(["ldd", str(work / "x/usr/bin/memcached")], capture_output=True, text=True, check=True)
-    for lib in (w for line in ldd.stdout.splitlines() for w in line.split() if w.startswith("/")):
-        (work / "rootfs" / lib.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lib, work / "rootfs" / lib.lstrip("/"))
-    (work / "rootfs/etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (work / "rootfs/etc/group").write_text("root:x:0:\n")
-    (work / "rootfs").rename(root)
-    shutil.rmtree(work)
-    return root
-
-
-def import_image(lab: Lab, root: Path) -> None:
-    tar = CACHE / "rootfs.tar"
-    if not tar.exists():
-        subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
-    for node in lab.layout.nodes:
-        if docker(node, "image", "inspect", IMAGE, check=False).returncode:
-            docker(node, "import", str(tar), IMAGE)
 
 
 # -- a memcached client: items derived from their keys, a writer that times acknowledgements ----------
@@ -329,7 +291,7 @@ def main() -> None:
     rows: list[Row] = []
     try:
         root = memcached_rootfs()
-        import_image(lab, root)
+        memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
                 for mode in ("raw", "pages") + (() if a.no_post_copy else ("post-copy",)):

@@ -19,7 +19,7 @@ from peakpack.orchestrator.domain import inputs
 
 from .faults import FULL_BYTES, Fault, disk_free_bytes, free_disk, heal, inject, partitioned
 from .image import LAB_IMAGE, build_rootfs_tar
-from .layout import STATE_FILE, LabLayout, NodeLayout
+from .layout import SEGMENT_NETWORK, STATE_FILE, LabLayout, NodeLayout
 from .node import (
     CGROUP_ROOT,
     DAEMON_PATH,
@@ -154,6 +154,8 @@ class Lab:
             tar = build_rootfs_tar(lab.dir / "busybox-rootfs.tar")
             with ThreadPoolExecutor(max_workers=4) as pool:
                 list(pool.map(lambda n: docker(n, "import", str(tar), LAB_IMAGE), lab.nodes))
+            log(f"network {SEGMENT_NETWORK}: macvlan over every node's eth0, {lab.segment_subnet}")
+            self.ensure_segment_network()
             self._write_inventory(lab)
         except BaseException:
             self.down(log=lambda _: None)
@@ -269,6 +271,18 @@ class Lab:
                 "cipher_suite = 3  # pyghmi's BMC server offers suite 3 only (real BMCs: keep the default 17)", "",
             ]
         lab.inventory.write_text("\n".join(lines))
+
+    def ensure_segment_network(self) -> None:
+        """`SEGMENT_NETWORK` on every powered node where it is missing: the same name, driver,
+        subnet, gateway (the host's side of the bridge) and parent (`eth0`) everywhere, and each
+        node's own `--ip-range` (`LabLayout.ip_range`)."""
+        lab = self.layout
+        for n in lab.nodes:
+            if not powered(n) or docker(n, "network", "inspect", SEGMENT_NETWORK, check=False).returncode == 0:
+                continue
+            docker(n, "network", "create", "-d", "macvlan", "--subnet", lab.segment_subnet,
+                   "--gateway", lab.host_address, "--ip-range", lab.ip_range(n), "-o", "parent=eth0",
+                   SEGMENT_NETWORK)
 
     # -- status / exec ------------------------------------------------------------------------------
 

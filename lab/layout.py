@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 STATE_FILE = "lab.json"
+#: a Docker macvlan network over every node's eth0 (the lab's bridge is their shared segment):
+#: containers on it keep their address and open connections when they move (docs/lab.md)
+SEGMENT_NETWORK = "labnet"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,20 @@ class LabLayout:
     @property
     def host_address(self) -> str:
         return f"{self.subnet}.1"
+
+    @property
+    def segment_subnet(self) -> str:
+        """The lab's /24: the nodes' own addresses and the segment network's (`SEGMENT_NETWORK`)."""
+        return f"{self.subnet}.0/24"
+
+    def ip_range(self, node: NodeLayout) -> str:
+        """The addresses `node`'s engine hands out on the segment network: a block of its own from
+        .64 up, so that two engines (each keeping its own address book) never choose the same."""
+        size = 16
+        while size > 1 and size * len(self.nodes) > 192:
+            size //= 2
+        bits = 32 - (size.bit_length() - 1)
+        return f"{self.subnet}.{64 + size * (node.index - 1)}/{bits}"
 
     @property
     def keys(self) -> Path:

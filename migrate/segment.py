@@ -9,9 +9,12 @@ the move at once, without waiting for a bridge's or a switch's table to age out 
   back; their routes are saved in the migration's folder first (a link going down drops them);
 - right after the restore, the target announces every moved address (`announce`: gratuitous ARP,
   and an unsolicited neighbour advertisement for IPv6), so switches and neighbours deliver to it;
-- a source resumed after a failure gets its links and routes back (`up`), its connections taken
-  out of TCP repair mode (`unrepair`: with tasks left stopped CRIU never unlocks them, so they
-  would stay dead), and announces itself the same way.
+- a source resumed after a failure gets its links and routes back (`up`) and announces itself the
+  same way. Its connections (`connections`) are taken out of TCP repair mode when no copy ran
+  from the dump (with tasks left stopped CRIU never unlocks them, so they would stay dead); once a
+  target copy ran with them (`diverged`, marked before that copy is removed), their sequence
+  numbers moved on there, so they are destroyed instead: a client's next segment gets a reset and
+  it reconnects at once, instead of waiting on a connection that can never agree again.
 
 Each step is one SSH command and idempotent; what `up` needs is on the node (the saved file), so a
 controller that died anywhere finds it. Announcing and unrepairing run Python on the node (the
@@ -142,8 +145,14 @@ up)  # the links `down` took down up again, with their routes; nothing to do wit
   rm -f "$dir/links";;
 announce)  # ADDRESS...
   in_ns python3 -c "$ANNOUNCE_PY" "$@";;
-unrepair)
-  python3 -c "$UNREPAIR_PY" $(procs "$pid");;
+diverged)  # a copy ran from the dump elsewhere: the connections here fell behind it
+  mkdir -p "$dir" && touch "$dir/diverged";;
+connections)  # before a resume: out of repair mode, or destroyed once they diverged
+  if [ -f "$dir/diverged" ]; then
+    in_ns ss -K -Htn state established >/dev/null && echo "reset"
+  else
+    python3 -c "$UNREPAIR_PY" $(procs "$pid")
+  fi;;
 *) echo "unknown subcommand $cmd"; exit 2;;
 esac
 """.replace("$SH_FUNCTIONS", SH_FUNCTIONS)
@@ -174,7 +183,11 @@ class NodeSegment:
     async def announce(self, pid: int, addresses: Sequence[str]) -> str:
         return await self._run("announce", pid, *addresses)
 
-    async def unrepair(self, pid: int) -> int:
-        """How many connections were taken out of repair mode."""
-        said = await self._run("unrepair", pid)
-        return int(said.split()[-1]) if said.startswith("unrepaired") else 0
+    async def diverged(self) -> None:
+        """Mark this node's dumped copy's connections as left behind by a copy that ran elsewhere."""
+        await self._run("diverged", 0)
+
+    async def connections(self, pid: int) -> str:
+        """Before resuming the dumped copy: its connections taken out of repair mode ("unrepaired
+        N"), or reset when they diverged ("reset")."""
+        return await self._run("connections", pid)

@@ -236,10 +236,13 @@ class Settler:
         src, dst = self.source, self.target
         match d.move:
             case Move.FINISH:
+                await self._links_down(src)
                 await self.engines.call(src, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_FORWARD:
                 await self._finalize_target()
             case Move.REMOVE_TARGET:
+                if await self._links_down(dst) and self.facts.keeps_connections:
+                    await (await self.segment(src)).diverged()
                 await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_BACK:
                 await self._links_up(src)
@@ -275,9 +278,9 @@ class Settler:
 
     async def _resume_source(self) -> None:
         """Undo leave-stopped in place: its connections out of TCP repair mode (with tasks left
-        stopped CRIU never takes them out itself), its links back up with their routes, CRIU's
-        network lock removed, every process continued; then its moving addresses announced from
-        here again."""
+        stopped CRIU never takes them out itself), or reset if a target copy ran with them
+        (`segment`), its links back up with their routes, CRIU's network lock removed, every process
+        continued; then its moving addresses announced from here again."""
         d = await self.engines.inspect_container_or_none(self.source, self.container)
         if d is None or not d["State"]["Running"]:
             raise NodeError(self.source, f"{self.container} is no longer there to resume")
@@ -285,10 +288,24 @@ class Settler:
         if self.facts.moving:
             segment = await self.segment(self.source)
             if self.facts.keeps_connections:
-                await segment.unrepair(pid)
+                await segment.connections(pid)
             await segment.up(pid)
         await (await self.criu(self.source)).resume(pid)
         await self._announce(self.source)
+
+    async def _links_down(self, node: str) -> bool:
+        """Before a running copy with moving addresses is removed, its links go down: its kernel
+        would otherwise answer its clients' connections with a FIN or a reset as its sockets close,
+        ending connections the other copy holds (best effort: the copy goes anyway). Whether such
+        a copy was running there."""
+        d = await self.engines.inspect_container_or_none(node, self.container) if self.facts.moving else None
+        if d is None or not d["State"]["Running"]:
+            return False
+        try:
+            await (await self.segment(node)).down(int(d["State"]["Pid"]), self.facts.moving_addresses)
+        except NodeError:
+            pass
+        return True
 
     async def _links_up(self, node: str) -> None:
         """A copy that runs on `node` at the end has its moving addresses' links up (CRIU itself

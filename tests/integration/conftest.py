@@ -7,7 +7,7 @@ Fixtures:
   inventory, `lab.exec(node, argv)` runs a command on a node over SSH.
 - `clean_lab`: the same lab, with every node powered on, every fault undone (links up, dockerd
   running, disks freed) and no containers, volumes or user-defined networks, for tests that need a
-  known starting point.
+  known starting point (but for the lab's own segment network, `labnet`, on every node).
 """
 
 from __future__ import annotations
@@ -40,4 +40,5 @@ def clean_lab(lab: Lab) -> Lab:
         if volumes:
             docker(node, "volume", "rm", "-f", *volumes)
         docker(node, "network", "prune", "-f")
+    lab.ensure_segment_network()
     return lab
