@@ -219,9 +219,10 @@ class Controller:
         """Why nodes are held as observed (not observed, or a container's name running on two of
         them: which owner started the second copy and what to do), each reason once with its nodes;
         the plan leaves them as they are, so the operator must hear it every epoch until it is fixed."""
+        order = [n.name for n in observed.nodes]  # the inventory's
         nodes: dict[str, list[str]] = {}
-        for node, why in observed.held.items():
-            nodes.setdefault(why, []).append(node)
+        for node in sorted(observed.held, key=lambda n: order.index(n) if n in order else len(order)):
+            nodes.setdefault(observed.held[node], []).append(node)
         for why, names in nodes.items():
             self.log(f"held: {', '.join(names)}: {why}")
 

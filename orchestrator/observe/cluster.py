@@ -349,8 +349,8 @@ def one_copy_each(views: Sequence[NodeView]) -> tuple[list[Container], dict[str,
             containers.append(c)
             continue
         why = spec.why_twice(c.name, (first.state.name, first.inspected[c.name]), (c.node, view.inspected[c.name]))
-        held.setdefault(c.node, why)
         held.setdefault(first.state.name, why)
+        held.setdefault(c.node, why)
     return containers, held
 
 
