@@ -73,7 +73,6 @@ class Owner:
     fix: str
     after: str
     opt_in: bool = False
-    compose: Compose | None = None
 
     def why_stays(self) -> str:
         return f"managed by {self.what}; {self.recreates}; {self.fix}"
@@ -92,7 +91,7 @@ def _compose(labels: Labels, node: str | None) -> Owner | None:
     return Owner(f"docker compose project {c.project} ({where})", "its next `up` there would start it again",
                  f"label it `peakpack.migrate=true` once the project runs from every node (its files on each, "
                  f"deploys through {deploy}), or move the project",
-                 f"deploy the project through {deploy}, never `up` on one node", opt_in=True, compose=c)
+                 f"deploy the project through {deploy}, never `up` on one node", opt_in=True)
 
 
 def _swarm(labels: Labels, node: str | None) -> Owner | None:
