@@ -7,23 +7,30 @@ Movable means CRIU plus copies can carry everything the container depends on: it
 checkpoint), its writable layer and local named volumes (copied node to node), its networks
 (re-created on the target) and published ports (bound on the target). Things that stay tied to
 one host (devices, GPUs, the host's network/PID/IPC namespaces, bind mounts of host paths, volumes
-of other drivers, a volume shared with another container) make it immovable, with a reason.
+of other drivers, a volume shared with another container) make it immovable, with a reason. So
+does an owner that would start it again where it was (`owners`: compose, swarm, Kubernetes, Nomad,
+ECS), unless the operator has made compose deploy where it runs and says so (`peakpack.migrate=true`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError
-from peakpack.orchestrator.domain.model import Clients
+from peakpack.orchestrator.domain.model import Clients, runs_twice
 
-#: label an operator sets to keep a container where it is
-OPT_OUT_LABEL = "peakpack.migrate"
+from . import owners
+
+#: the operator's word on moving a container: `false` keeps it where it is; `true` lets a container
+#: that compose owns move (the operator has put the project on every node and deploys it through
+#: `peakpack compose up`); nothing else is understood, so a typo keeps the container where it is
+MIGRATE_LABEL = "peakpack.migrate"
 #: label saying the container's bind-mounted paths are shared storage present on every node
 SHARED_PATHS_LABEL = "peakpack.shared-paths"
 #: networks every engine has; never created or removed by a migration
@@ -197,12 +204,20 @@ def repository_tag(ref: str) -> tuple[str, str] | None:
     return name, tag
 
 
-def why_immovable(d: Inspect) -> str | None:
-    """Why this container cannot be live-migrated on its own, or None if it can."""
+def why_immovable(d: Inspect, node: str | None = None) -> str | None:
+    """Why this container cannot be live-migrated on its own, or None if it can (`node`: where it
+    runs, named in an owner's reason)."""
     lab = labels(d)
     host = d["HostConfig"]
-    if lab.get(OPT_OUT_LABEL, "").lower() == "false":
-        return f"opted out with the label {OPT_OUT_LABEL}=false"
+    choice = lab.get(MIGRATE_LABEL)
+    if choice is not None and str(choice).lower() not in ("true", "false"):
+        return (f"label {MIGRATE_LABEL}: {str(choice)[:40]!r} is neither true nor false; use false (it stays) "
+                "or true (a compose container may move)")
+    if choice is not None and str(choice).lower() == "false":
+        return f"opted out with the label {MIGRATE_LABEL}=false"
+    owner = owners.owner_of(lab, node)
+    if owner is not None and not (owner.opt_in and choice is not None):
+        return owner.why_stays()
     if host.get("Devices"):
         return "it uses host devices, which stay on their node"
     if host.get("DeviceRequests"):
@@ -228,26 +243,78 @@ def why_immovable(d: Inspect) -> str | None:
     return None
 
 
-def immovable(containers: Iterable[Inspect]) -> dict[str, str]:
-    """Every container of one node that cannot move, with its reason: the per-container rule,
-    plus volumes shared between containers (moving one would split them)."""
+def immovable(containers: Iterable[Inspect], node: str | None = None) -> dict[str, str]:
+    """Every container of one node (`node`, named in owners' reasons) that cannot move, with its
+    reason: the per-container rule, plus volumes shared between containers (moving one would split
+    them) and compose services with several containers here (a deploy runs a service on one node)."""
     items = list(containers)
     users: dict[str, list[str]] = defaultdict(list)
+    replicas: dict[tuple[str, str], list[str]] = defaultdict(list)
     for d in items:
         for v in volumes(d):
             users[v.name].append(name_of(d))
+        if (c := owners.compose_of(labels(d))) is not None:
+            replicas[c.project, c.service].append(name_of(d))
     result = {}
     for d in items:
         name = name_of(d)
-        why = why_immovable(d)
-        if why is None:
-            shared = next((v.name for v in volumes(d) if len(users[v.name]) > 1), None)
-            if shared is not None:
-                others = ", ".join(sorted(set(users[shared]) - {name}))
-                why = f"volume {shared} is shared with {others}; they can only move together"
+        why = why_immovable(d, node) or _split(name, volumes(d), users, owners.compose_of(labels(d)), replicas)
         if why is not None:
             result[name] = why
     return result
+
+
+def _split(name: str, mounted: list[VolumeUse], users: Mapping[str, list[str]], compose: owners.Compose | None,
+           replicas: Mapping[tuple[str, str], list[str]]) -> str | None:
+    """Why moving this otherwise movable container alone would split what belongs together."""
+    shared = next((v.name for v in mounted if len(users[v.name]) > 1), None)
+    if shared is not None:
+        others = ", ".join(sorted(set(users[shared]) - {name}))
+        return f"volume {shared} is shared with {others}; they can only move together"
+    if compose is not None and len(siblings := replicas[compose.project, compose.service]) > 1:
+        return (f"service {compose.service} of docker compose project {compose.project} has {len(siblings)} "
+                f"containers here ({', '.join(sorted(siblings))}); a deploy runs a service on one node, so it "
+                "moves only at scale 1")
+    return None
+
+
+def compose_files(d: Inspect) -> list[str]:
+    """The project files of a compose container allowed to move: a deploy runs where it runs, so
+    they must be on its target too (empty for any other container)."""
+    c = owners.compose_of(labels(d))
+    return list(c.config_files) if c is not None and why_immovable(d) is None else []
+
+
+def needed_paths(d: Inspect) -> list[str]:
+    """Paths that must exist on a target for this container: its shared bind sources and, for a
+    compose container, its project's files."""
+    return [*bind_sources(d), *compose_files(d)]
+
+
+#: a `Created` time as the engine writes it (RFC 3339, UTC, up to nanoseconds)
+CREATED = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?")
+
+
+def created(d: Inspect) -> tuple[str, str, int]:
+    """When the container was created, as (date, time, nanoseconds): ordered, and shown to the second."""
+    m = CREATED.match(str(d.get("Created") or ""))
+    return (m.group(1), m.group(2), int((m.group(3) or "0").ljust(9, "0"))) if m else ("", "", 0)
+
+
+def why_twice(name: str, first: tuple[str, Inspect], second: tuple[str, Inspect]) -> str:
+    """Why both nodes running a container of this name (`(node, inspect)` each) are held: which
+    copy is the newer, the owner that started it again (from its labels, else the other copy's),
+    and what the operator does about it. Both keep running until the operator keeps one."""
+    (_, old), (newer, new) = sorted((first, second), key=lambda c: created(c[1]))
+    owner = owners.owner_of(labels(new), newer) or owners.owner_of(labels(old), newer)
+    who = (f"{owner.what} started it again on {newer}" if owner is not None else
+           f"nothing on it names what started it again on {newer} (no owner's labels: a systemd unit or a script "
+           f"that runs `docker run --name {name}`?)")
+    date, time, _ = created(new)
+    after = owner.after if owner is not None else f"label it `{MIGRATE_LABEL}=false` if something starts it by name"
+    return (f"{runs_twice(name, first[0], second[0])}: {who}; keep one copy (`docker rm -f "
+            f"{name}` on the node whose copy goes; the one on {newer} is the newer, created {date} {time} UTC), "
+            f"then {after}")
 
 
 @dataclass(frozen=True)
@@ -318,8 +385,8 @@ def _network_shape_ok(n: Any) -> bool:
 
 def shared_paths(containers: Iterable[Inspect]) -> list[str]:
     """The bind sources that must exist on a target (only movable containers have any: those
-    labelled with SHARED_PATHS_LABEL)."""
-    return sorted({p for d in containers if why_immovable(d) is None for p in bind_sources(d)})
+    labelled with SHARED_PATHS_LABEL) and the project files of compose containers allowed to move."""
+    return sorted({p for d in containers if why_immovable(d) is None for p in needed_paths(d)})
 
 
 def why_not_onto(d: Inspect, here: NodeFacts, there: NodeFacts, target: str) -> str | None:
@@ -334,6 +401,10 @@ def why_not_onto(d: Inspect, here: NodeFacts, there: NodeFacts, target: str) -> 
     for path in bind_sources(d):
         if path not in there.paths:
             return f"shared path {path} does not exist on {target}; mount the shared storage there first"
+    for path in compose_files(d):
+        if path not in there.paths:
+            return (f"{path} of its docker compose project does not exist on {target}; put the project's files "
+                    "there first (its deploys run where it runs)")
     for name in user_networks(d):
         ours, theirs = here.networks.get(name), there.networks.get(name)
         if ours is not None and theirs is not None and (differs := same_network(ours, theirs)) is not None:

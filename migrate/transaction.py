@@ -231,7 +231,7 @@ class Migration:
                                  "see `docker ps` there")
         self.src = src
         on_source = await self._inspect_all(self.source)
-        why = spec.immovable(on_source).get(self.container)
+        why = spec.immovable(on_source, self.source).get(self.container)
         if why:
             raise MigrationError(f"{self.container}: cannot be live-migrated: {why}")
         if await self.engines.inspect_container_or_none(self.target, self.container) is not None:
@@ -254,7 +254,7 @@ class Migration:
         await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
         (versions, crius), (here, there) = await asyncio.gather(
             self._criu_facts(int(src["State"]["Pid"])),
-            asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.bind_sources(src))),
+            asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.needed_paths(src))),
         )
         if versions[0] != versions[1]:
             raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "

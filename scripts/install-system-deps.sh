@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages for the lab and the integration tests, on Debian 12, as root:
-# docker.io, openssh-server, rsync, ipmitool, iproute2, iptables, procps, busybox-static and CRIU >= 4.2.
+# docker.io, docker-compose, openssh-server, rsync, ipmitool, iproute2, iptables, procps, busybox-static and
+# CRIU >= 4.2.
 #
 # Idempotent and non-interactive; when everything is already there it only checks (~1 s).
 # It never starts a system-wide dockerd, containerd or sshd: the lab starts its own per node,
@@ -36,6 +37,7 @@ PACKAGES=(
   xz-utils         # unpacks CRIU's source tarball
   postgresql       # the store is also tested against a real PostgreSQL server
   chromium         # headless, the web page's browser test (tests/integration/test_web_page.py)
+  docker-compose   # compose 1.29: `peakpack compose up` runs it on the nodes (tests/integration/test_owners.py)
 )
 
 missing=()
@@ -65,7 +67,7 @@ if ! bash ./build-criu.sh --check-only >/dev/null 2>&1; then
   bash ./build-criu.sh
 fi
 
-for cmd in dockerd docker containerd runc sshd ssh ssh-keygen rsync ipmitool ip nsenter criu; do
+for cmd in dockerd docker docker-compose containerd runc sshd ssh ssh-keygen rsync ipmitool ip nsenter criu; do
   command -v "$cmd" >/dev/null || { echo "install-system-deps.sh: $cmd is still missing" >&2; exit 1; }
 done
 [ -x /bin/busybox ] || { echo "install-system-deps.sh: /bin/busybox is missing" >&2; exit 1; }

@@ -215,6 +215,17 @@ class Controller:
                 self.log(f"waking {node} failed: {exc}")
         return woke
 
+    def _log_held(self, observed: ClusterSnapshot) -> None:
+        """Why nodes are held as observed (not observed, or a container's name running on two of
+        them: which owner started the second copy and what to do), each reason once with its nodes;
+        the plan leaves them as they are, so the operator must hear it every epoch until it is fixed."""
+        order = [n.name for n in observed.nodes]  # the inventory's
+        nodes: dict[str, list[str]] = {}
+        for node in sorted(observed.held, key=lambda n: order.index(n) if n in order else len(order)):
+            nodes.setdefault(observed.held[node], []).append(node)
+        for why, names in nodes.items():
+            self.log(f"held: {', '.join(names)}: {why}")
+
     def start(self) -> None:
         """Take the lease now or fail with one line naming its holder, then take office."""
         if self._started:
@@ -265,6 +276,7 @@ class Controller:
         if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
             self.reconcile()  # what waited for the woken node is settled before planning
             observed = self._observe()
+        self._log_held(observed)
         if live is not None:
             for line in restart_stopped(self.store, live, self.inventory, observed):
                 self.log(f"qos: {line}")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..domain.budgets import Allowance
-from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.model import ClusterSnapshot, Inventory, is_twice
 from ..domain.plan import Plan
 from ..domain.settings import PlannerSettings
 from .planner.build import build_plan
@@ -56,12 +56,14 @@ class Unsettled(Protocol):
 
 def hold_unsettled(snapshot: ClusterSnapshot, migrations: Iterable[Unsettled]) -> ClusterSnapshot:
     """Until a migration is settled its container counts as present on both nodes: both are held,
-    so neither is emptied, switched off or given new work."""
+    so neither is emptied, switched off or given new work. Its container seen on both is the
+    migration's doing (a target restored while the source waits), so that hold says so instead."""
     held = dict(snapshot.held)
     for m in migrations:
         why = f"migration {m.id} of {m.container} ({m.source} -> {m.target}) is not settled"
-        held.setdefault(m.source, why)
-        held.setdefault(m.target, why)
+        for node in (m.source, m.target):
+            if node not in held or is_twice(held[node], m.container):
+                held[node] = why
     return replace(snapshot, held=held) if held != snapshot.held else snapshot
 
 

@@ -157,6 +157,35 @@ def node_name(name: str, field: str = "NODE") -> str:
     return name
 
 
+#: a compose project name as compose keeps it (it lower-cases and strips everything else)
+COMPOSE_PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: compose's rule for service names
+COMPOSE_SERVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: the longest path a node's kernel takes (PATH_MAX)
+MAX_PATH = 4096
+
+
+def compose_project(name: str, field: str = "--project-name") -> str:
+    if not COMPOSE_PROJECT.fullmatch(name or "") or len(name) > MAX_NAME:
+        raise PeakpackError(f"{field}: {_shown(name)} is not a compose project name; use lower-case letters, digits, "
+                            f"'_', '-' (at most {MAX_NAME} characters, starting with a letter or digit)")
+    return name
+
+
+def compose_service(name: str, field: str = "SERVICE") -> str:
+    if not COMPOSE_SERVICE.fullmatch(name or "") or len(name) > MAX_NAME:
+        raise PeakpackError(f"{field}: {_shown(name)} is not a compose service name; use letters, digits, '_', '.', "
+                            f"'-' (at most {MAX_NAME} characters)")
+    return name
+
+
+def node_path(value: str, field: str) -> str:
+    """An absolute path as it is on the nodes (not read here: it need not exist on this machine)."""
+    if not value.startswith("/") or len(value) > MAX_PATH or one_line(value) != value:
+        raise PeakpackError(f"{field}: {_shown(value)} is not an absolute path; give the path as it is on every node")
+    return value
+
+
 def user_name(name: str, field: str = "--user") -> str:
     if not USER_NAME.fullmatch(name or ""):
         raise PeakpackError(f"{field}: {_shown(name)} is not a user name; use lower-case letters, digits, '_', '-' "

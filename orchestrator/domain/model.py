@@ -295,6 +295,18 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def runs_twice(container: str, first: str, second: str) -> str:
+    """How the hold of two nodes that both run a container of one name begins; the observer adds
+    who started the second copy and what to do (`migrate.spec.why_twice`)."""
+    return f"container {container} runs on both {first} and {second}"
+
+
+def is_twice(reason: str, container: str) -> bool:
+    """Whether a hold's reason is `runs_twice` of this container (an unsettled migration of it
+    explains the second copy better: `decide.solve.hold_unsettled`)."""
+    return reason.startswith(f"container {container} runs on both ")
+
+
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """What the cluster looked like at one instant; the planner's only view of the world.

@@ -137,7 +137,7 @@ def containers_of(node: str, items: Sequence[spec.Inspect], usage: dict[str, Usa
     on. Its memory is what its label declares or what it uses, whichever is more: a label that
     understates it must not let the planner overpack its node."""
     try:
-        why_not = spec.immovable(items)
+        why_not = spec.immovable(items, node)
     except (KeyError, TypeError, AttributeError) as exc:
         raise NodeError(node, f"container data from docker is unexpected ({exc!r})") from None
     result = []
@@ -332,20 +332,31 @@ def observe_usage(inventory: Inventory, bmc_power: PowerProbe, shell: RemoteShel
     finally:
         if own:
             shell.close()
-    held = {v.state.name: v.unknown for v in views if v.unknown is not None}
-    seen: dict[str, str] = {}
-    containers = []
-    for c in (c for v in views for c in v.containers):
-        if c.name in seen:  # two copies: neither node is touched until an operator or reconcile decides
-            why = f"container {c.name} runs on both {seen[c.name]} and {c.node}"
-            held.setdefault(c.node, why)
-            held.setdefault(seen[c.name], why)
-            continue
-        seen[c.name] = c.node
-        containers.append(c)
+    containers, held = one_copy_each(views)
     snapshot = ClusterSnapshot(nodes=tuple(v.state for v in views), containers=tuple(containers), held=held)
-    usage = [v.usage[c.name] for v in views for c in v.containers if c.name in v.usage and seen[c.name] == c.node]
+    kept = {(c.name, c.node) for c in containers}
+    usage = [v.usage[c.name] for v in views for c in v.containers if c.name in v.usage and (c.name, c.node) in kept]
     return snapshot, usage, {v.state.name: v.traffic for v in views}
+
+
+def one_copy_each(views: Sequence[NodeView]) -> tuple[list[Container], dict[str, str]]:
+    """Every container once (the first node's copy of a name that runs on two), and the nodes held:
+    those not observed, and both nodes of a name that runs on two, with the reason naming the owner
+    that started the second copy and what to do (`spec.why_twice`): neither node is touched until an
+    operator or reconcile decides."""
+    held = {v.state.name: v.unknown for v in views if v.unknown is not None}
+    seen: dict[str, NodeView] = {}
+    containers = []
+    for view, c in ((v, c) for v in views for c in v.containers):
+        first = seen.get(c.name)
+        if first is None:
+            seen[c.name] = view
+            containers.append(c)
+            continue
+        why = spec.why_twice(c.name, (first.state.name, first.inspected[c.name]), (c.node, view.inspected[c.name]))
+        held.setdefault(first.state.name, why)
+        held.setdefault(c.node, why)
+    return containers, held
 
 
 def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord], at: datetime) -> list[DemandRecord]:

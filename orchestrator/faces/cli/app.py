@@ -11,7 +11,23 @@ import typer
 
 from ...domain.errors import PeakpackError
 from ...domain.inputs import one_line
-from . import apply, config, history, lab, migrate, plan, power, qos, reconcile, report, serve, service, simulate, web
+from . import (
+    apply,
+    compose,
+    config,
+    history,
+    lab,
+    migrate,
+    plan,
+    power,
+    qos,
+    reconcile,
+    report,
+    serve,
+    service,
+    simulate,
+    web,
+)
 from .common import err
 
 app = typer.Typer(
@@ -36,6 +52,7 @@ app.add_typer(power.app, name="power")
 app.add_typer(qos.app, name="qos")
 app.add_typer(service.app, name="service")
 app.add_typer(config.app, name="config")
+app.add_typer(compose.app, name="compose")
 
 
 def fail(message: str) -> None:
