@@ -5,6 +5,7 @@ while a client writes throughout, reconnecting to whichever node answers.
 
     .venv/bin/python bench/migration_downtime.py [--sizes 256,1024,2048] [--rounds 1] [--dir DIR]
                                                  [--no-post-copy] [--out FILE.jsonl]
+                                                 [--network ports|segment] [--rollback]
 
 For every size and round, in the same run, one after another:
 - raw CRIU, the floor: the same memcached binary run directly on node-1 in its own pid namespace
@@ -17,6 +18,13 @@ For every size and round, in the same run, one after another:
 After each migration every item is read back from the target and compared, and every write the
 client saw acknowledged is looked for; the client's longest gap between two acknowledged writes
 is printed next to the frozen time. Ratios printed: frozen / raw CRIU, same run.
+
+`--network segment`: memcached sits on the lab's segment network (`labnet`, macvlan: its address
+and open connections move with it) and the client holds ONE connection and never reconnects; each
+run prints whether that connection was kept, the writes acknowledged on it and lost, its longest
+gap beside the frozen time, and how long after the restore a new connection to the address was
+first answered (tried every 20 ms). `--rollback` adds, per size, a run whose target's disk fills
+after the dump: the source resumes and the same connection must go on there.
 
 The memcached image is built without a registry: Debian's memcached package (`apt-get download`,
 cached in /var/cache/peakpack/memcached: `lab.image.memcached_image`), its libraries and busybox,
@@ -35,6 +43,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,12 +54,14 @@ from peakpack.db.store import Store
 from peakpack.lab import Lab
 from peakpack.lab.image import MEMCACHED_IMAGE as IMAGE
 from peakpack.lab.image import memcached_image, memcached_rootfs
+from peakpack.lab.layout import SEGMENT_NETWORK
 from peakpack.lab.node import docker
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
 from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
+from tests.support.held import HeldConnection
 
 PORT, RAW_PORT = 11211, 11311
 VALUE_KB = 100
@@ -185,6 +196,10 @@ class Row:
     writes_lost: int = 0
     state: str = "SUCCEEDED"
     load: float = 0.0
+    network: str = "ports"       # ports: a published port; segment: the lab's labnet, ONE held connection
+    kept: bool | None = None     # segment: the one connection lasted (None: not measured)
+    new_conn_s: float | None = None  # segment: from the restore's end to the first new connection answered
+    fault: str = ""              # segment --rollback: the fault injected after the dump
 
 
 def raw(lab: Lab, root: Path, mb: int, rnd: int) -> Row:
@@ -210,17 +225,21 @@ def raw(lab: Lab, root: Path, mb: int, rnd: int) -> Row:
                items_lost=lost, state=f"restored as {restored}", load=os.getloadavg()[0])
 
 
+def wait_for_server(address: str) -> None:
+    for _ in range(100):
+        try:
+            connect(address, PORT, 1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
     n1, n2 = (lab.layout.node(n) for n in ("node-1", "node-2"))
     for n in (n1, n2):
         docker(n, "rm", "-f", "mc", check=False)
     docker(n1, "run", "-d", "--name", "mc", "-p", f"{PORT}:{PORT}", IMAGE, *MEMCACHED, "-p", str(PORT))
-    for _ in range(100):
-        try:
-            connect(n1.address, PORT, 1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
+    wait_for_server(n1.address)
     fill(n1.address, PORT, mb)
     lab.exec("node-1", ["sync"])
     stop, out = multiprocessing.Event(), multiprocessing.Queue()
@@ -246,6 +265,97 @@ def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
                state=result.state.value + (f": {result.reason}" if result.reason else ""), load=os.getloadavg()[0])
 
 
+class NewConnections:
+    """New connections to `address` tried every 20 ms (0.25 s to connect and answer `version`)
+    while a migration runs: when each was first answered again after the restore."""
+
+    def __init__(self, address: str) -> None:
+        self.address, self.answered = address, []  # type: ignore[var-annotated]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._try, daemon=True)
+        self.thread.start()
+
+    def _try(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with connect(self.address, PORT, 0.25) as s:
+                    s.sendall(b"version\r\n")
+                    if s.recv(64).startswith(b"VERSION"):
+                        self.answered.append(time.monotonic())
+            except OSError:
+                pass
+            time.sleep(0.02)
+
+    def first_after(self, t: float) -> float | None:
+        self.stop.set()
+        self.thread.join()
+        return next((a - t for a in self.answered if a >= t), None)
+
+
+def migrated_on_segment(lab: Lab, mb: int, rnd: int, post_copy: bool, rollback: bool) -> Row:
+    """memcached on the lab's segment network (its address moves with it), one client connection
+    held throughout and never reopened; with `rollback`, the target's disk fills after the dump."""
+    n1, n2 = (lab.layout.node(n) for n in ("node-1", "node-2"))
+    for n in (n1, n2):
+        docker(n, "rm", "-f", "mc", check=False)
+    docker(n1, "run", "-d", "--name", "mc", "--network", SEGMENT_NETWORK, IMAGE, *MEMCACHED, "-p", str(PORT))
+    address = docker(n1, "inspect", "-f", f"{{{{.NetworkSettings.Networks.{SEGMENT_NETWORK}.IPAddress}}}}",
+                     "mc").stdout.strip()
+    wait_for_server(address)
+    fill(address, PORT, mb)
+    lab.exec("node-1", ["sync"])
+
+    async def fault(step: str) -> None:
+        if rollback and step == "transferring":
+            lab.fault("node-2", "fill-disk")
+
+    inv = load_inventory(lab.inventory_path)
+    with HeldConnection(address, PORT) as client:
+        client.wait_for(100)
+        probe = NewConnections(address)
+        try:
+            with RemoteShell(inv) as shell, Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store:
+                m = Migration(shell.pool, shell.engines, store, inv, "mc", "node-1", "node-2", hook=fault,
+                              settings=MigrationSettings(post_copy=post_copy))
+                result = shell.call(m.run())
+        finally:
+            if rollback:
+                lab.fault("node-2", "free-disk")
+        t = m.t
+        restored = None if t.frozen_at is None or t.restore_ms is None else t.frozen_at + (t.frozen_ms or 0) / 1000
+        new_conn = probe.first_after(restored) if restored is not None else probe.first_after(time.monotonic())
+        client.wait_for(client.seen.acked + 100, 30)
+        seen = client.stop()
+        lost = client.readback() if seen.error is None else -1
+    if lost < 0:  # the connection ended: read the acknowledged writes back on a new one
+        again = HeldConnection(address, PORT)
+        lost = again.readback(seen.acked)
+        again.sock.close()
+    return Row("post-copy" if post_copy else "pages", mb, rnd, (result.frozen_ms or 0) / 1000,
+               (t.checkpoint_ms or 0) / 1000, (t.transfer_ms or 0) / 1000, (t.restore_ms or 0) / 1000,
+               last_page_s=None if t.last_page_ms is None else t.last_page_ms / 1000,
+               longest_gap_s=seen.longest_gap_s, items_lost=items_lost(address, PORT, mb), writes_acked=seen.acked,
+               writes_lost=lost, state=result.state.value + (f": {result.reason}" if result.reason else ""),
+               load=os.getloadavg()[0], network="segment", kept=seen.error is None,
+               new_conn_s=new_conn if restored is not None else None,
+               fault="target disk full after the dump" if rollback else "")
+
+
+def report_segment(rows: list[Row]) -> None:
+    """One line per run on the segment network: the connection kept, writes, the gap beside the
+    frozen time, and the first new connection after the restore."""
+    segment = [r for r in rows if r.network == "segment"]
+    if not segment:
+        return
+    print("\nsegment network, ONE connection never reopened (s):")
+    print("  MB mode       fault     state        kept  acked  lost  frozen  gap  gap-frozen  new conn after restore")
+    for r in segment:
+        print(f"{r.mb:5d} {r.mode:10s} {'rollback' if r.fault else '-':9s} {r.state.split(':')[0]:12s} "
+              f"{'yes' if r.kept else 'NO':4s} {r.writes_acked:6d} {r.writes_lost:5d} {r.frozen_s:7.2f} "
+              f"{r.longest_gap_s or 0:5.2f} {(r.longest_gap_s or 0) - r.frozen_s:+10.2f}  "
+              f"{'-' if r.new_conn_s is None else f'{r.new_conn_s:.2f}'}")
+
+
 def report(rows: list[Row]) -> None:
     def med(mode: str, mb: int, attr: str) -> float | None:
         got = [getattr(r, attr) for r in rows if r.mode == mode and r.mb == mb and getattr(r, attr) is not None]
@@ -254,6 +364,8 @@ def report(rows: list[Row]) -> None:
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
 
+    report_segment(rows)
+    every, rows = rows, [r for r in rows if r.network != "segment" or r.mode == "raw"]
     print("\nmedians (s)   raw CRIU | pages: frozen (dump/transfer/restore) gap  ratio | post-copy: frozen "
           "last page gap  ratio")
     for mb in sorted({r.mb for r in rows}):
@@ -266,14 +378,16 @@ def report(rows: list[Row]) -> None:
                      if mode == "pages" else f(med(mode, mb, "last_page_s")))
             line.append(f"| {f(frozen):>6} {extra} {f(med(mode, mb, 'longest_gap_s'))} {ratio}")
         print(" ".join(line))
-    bad = [r for r in rows if r.items_lost or r.writes_lost or not r.state.startswith(("SUCCEEDED", "restored"))]
+    rows = every
+    bad = [r for r in rows if r.items_lost or r.writes_lost or r.kept is False
+           or not r.state.startswith(("SUCCEEDED", "restored", "ROLLED_BACK" if r.fault else "SUCCEEDED"))]
     acked = sum(r.writes_acked for r in rows)
     print(f"\n{len(rows)} runs; items lost in {sum(1 for r in rows if r.items_lost)}, acknowledged writes lost: "
           f"{sum(r.writes_lost for r in rows)} of {acked}; load average {min(r.load for r in rows):.1f}-"
           f"{max(r.load for r in rows):.1f}")
     for r in bad:
-        print(f"  NOT CLEAN: {r.mode} {r.mb} MB round {r.round}: {r.state}, items lost {r.items_lost}, "
-              f"writes lost {r.writes_lost}")
+        print(f"  NOT CLEAN: {r.mode} {r.mb} MB round {r.round} {r.network}: {r.state}, items lost {r.items_lost}, "
+              f"writes lost {r.writes_lost}, connection {'kept' if r.kept else 'lost' if r.kept is False else '-'}")
 
 
 def main() -> None:
@@ -283,6 +397,11 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, help="use the lab running there (else a 2-node lab is brought up)")
     ap.add_argument("--no-post-copy", action="store_true")
     ap.add_argument("--out", type=Path, help="also write every measurement as a JSON line here")
+    ap.add_argument("--network", choices=("ports", "segment"), default="ports",
+                    help="ports: a published port, a client reconnecting to either node; segment: the lab's "
+                    "segment network (the address moves), ONE client connection never reopened")
+    ap.add_argument("--rollback", action="store_true",
+                    help="with --network segment: also a run per size with the target's disk filled after the dump")
     a = ap.parse_args()
     own = a.dir is None
     lab = Lab(a.dir or Path(tempfile.mkdtemp(prefix="peakpack-bench-")))
@@ -294,8 +413,15 @@ def main() -> None:
         memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
-                for mode in ("raw", "pages") + (() if a.no_post_copy else ("post-copy",)):
-                    row = raw(lab, root, mb, rnd) if mode == "raw" else migrated(lab, mb, rnd, mode == "post-copy")
+                runs = [("raw", False)] + [(m, False) for m in ("pages", "post-copy")[:1 if a.no_post_copy else 2]]
+                runs += [("pages", True)] if a.rollback and a.network == "segment" else []
+                for mode, rollback in runs:
+                    if mode == "raw":
+                        row = raw(lab, root, mb, rnd)
+                    elif a.network == "segment":
+                        row = migrated_on_segment(lab, mb, rnd, mode == "post-copy", rollback)
+                    else:
+                        row = migrated(lab, mb, rnd, mode == "post-copy")
                     rows.append(row)
                     print(json.dumps(asdict(row)), flush=True)
                     if a.out:

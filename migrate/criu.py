@@ -116,10 +116,13 @@ def operator_options(conf: bytes) -> set[str]:
 
 
 def tcp_lines(keep: bool) -> list[str]:
-    """How one migration's dump and restore treat established TCP connections, said in its own
-    block whatever the node's file says: restored on the target when the container's addresses
-    move with it (`segment`), else closed (its clients reconnect)."""
-    return ["no-tcp-close", "tcp-established"] if keep else ["tcp-close", "no-tcp-established"]
+    """How one migration's dump and restore treat TCP connections, said in its own block whatever
+    the node's file says: established ones restored on the target when the container's addresses
+    move with it (`segment`), else closed (its clients reconnect); connections still in a listening
+    socket's accept queue at the dump skipped (CRIU cannot dump them, and a busy server always has
+    some: without this its dump fails; their clients get a reset and reconnect)."""
+    return [*(["no-tcp-close", "tcp-established"] if keep else ["tcp-close", "no-tcp-established"]),
+            "skip-in-flight"]
 
 
 def handles_tcp(conf: bytes) -> bool:
