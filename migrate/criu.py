@@ -11,7 +11,7 @@ so a migration:
   before it writes the file until its dump or restore there has returned;
 - appends its own block after the operator's lines (CRIU applies them in order, so ours win),
   between marker lines naming the migration, and strips exactly that block again on every path,
-  leaving the operator's bytes as they were (`with_block`, `without_block`);
+  leaving the operator's bytes as they were (`runc_conf`);
 - keeps what CRIU writes under `<DockerRootDir>/peakpack-criu/<migration>/` on each node (`dump/`
   on the source: ~30 KB of metadata; `images/` on the target: the pages, then the metadata too),
   so settling finds it from the migration's id alone;
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,99 +35,16 @@ from enum import StrEnum
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.remote import SshPool
 
+from .runc_conf import OURS, RUNC_CONF, blocks, handles_tcp, operator_options, with_block, without_block
+
 LOCK = "/etc/criu/peakpack.lock"
-RUNC_CONF = "/etc/criu/runc.conf"
-#: options a migration's block sets: an operator's line setting one of them would change what
-#: every checkpoint on the node does (and some, like lazy-pages, cannot be switched off again)
-OURS = frozenset({"images-dir", "work-dir", "page-server", "address", "port", "lazy-pages", "leave-running",
-                  "leave-stopped"})
 #: what settling reads on each node and what the pages-to-the-target path runs there
 TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash")
-_BEGIN = "# peakpack migration {mid} begin (removed when the migration ends)"
-_BEGIN_NL = "# peakpack migration {mid} begin (removed when the migration ends, with the line break before it)"
-_END = "# peakpack migration {mid} end"
-_BROUGHT_BREAK = b"with the line break before it"
-_MARK = re.compile(rb"^# peakpack migration (\d+) (begin|end)\b")
 
 
 def work_dir(docker_root: str, migration_id: int) -> str:
     """This migration's folder on a node: `dump/` (source), `images/` (target), daemons' logs."""
     return f"{docker_root}/peakpack-criu/{migration_id}"
-
-
-# -- runc.conf: the operator's lines, then ours ------------------------------------------------------
-
-def with_block(conf: bytes, migration_id: int, lines: Sequence[str]) -> bytes:
-    """`conf` with this migration's block (replacing one it already has) after the operator's
-    lines. A file not ending in a line break gets one before the block, and the begin marker says
-    so, so that `without_block` gives back the operator's bytes exactly."""
-    base = without_block(conf, migration_id)
-    begin = _BEGIN if not base or base.endswith(b"\n") else "\n" + _BEGIN_NL
-    block = "\n".join([begin.format(mid=migration_id), *lines, _END.format(mid=migration_id)]) + "\n"
-    return base + block.encode()
-
-
-def without_block(conf: bytes, migration_id: int) -> bytes:
-    """`conf` without this migration's block: what the operator had, byte for byte. When the block
-    brought the line break before it, that goes too if the block was last; if another migration's
-    block follows, that one takes the line break over (and says so); lines the operator added after
-    it keep it, since they need it."""
-    out: list[bytes] = []
-    lines = conf.splitlines(keepends=True)
-    inside = owes_break = False
-    for i, line in enumerate(lines):
-        mark = _MARK.match(line)
-        if mark and int(mark.group(1)) == migration_id:
-            inside = mark.group(2) == b"begin"
-            owes_break = owes_break or (inside and _BROUGHT_BREAK in line)
-            continue
-        if inside:
-            continue
-        if owes_break and i > 0:
-            owes_break = False
-            other = _MARK.match(line)
-            if other and other.group(2) == b"begin" and _BROUGHT_BREAK not in line:
-                line = _BEGIN_NL.format(mid=int(other.group(1))).encode() + b"\n"
-        out.append(line)
-    if owes_break and out and out[-1].endswith(b"\n"):
-        out[-1] = out[-1][:-1]
-    return b"".join(out)
-
-
-def blocks(conf: bytes) -> list[int]:
-    """The migrations whose blocks `conf` carries."""
-    return sorted({int(m.group(1)) for line in conf.splitlines() if (m := _MARK.match(line))})
-
-
-def operator_options(conf: bytes) -> set[str]:
-    """The options the operator's own lines set (comments and migrations' blocks left out)."""
-    found: set[str] = set()
-    inside = False
-    for line in conf.splitlines():
-        mark = _MARK.match(line)
-        if mark:
-            inside = mark.group(2) == b"begin"
-            continue
-        words = line.decode(errors="replace").split()
-        if not inside and words and not words[0].startswith("#"):
-            found.add(words[0].removeprefix("--"))
-    return found
-
-
-def tcp_lines(keep: bool) -> list[str]:
-    """How one migration's dump and restore treat TCP connections, said in its own block whatever
-    the node's file says: established ones restored on the target when the container's addresses
-    move with it (`segment`), else closed (its clients reconnect); connections still in a listening
-    socket's accept queue at the dump skipped (CRIU cannot dump them, and a busy server always has
-    some: without this its dump fails; their clients get a reset and reconnect)."""
-    return [*(["no-tcp-close", "tcp-established"] if keep else ["tcp-close", "no-tcp-established"]),
-            "skip-in-flight"]
-
-
-def handles_tcp(conf: bytes) -> bool:
-    """Whether a CRIU config tells CRIU what to do with established TCP connections; without it a
-    container with one cannot be checkpointed."""
-    return any(line.strip() in (b"tcp-close", b"tcp-established") for line in conf.splitlines())
 
 
 # -- what the nodes answer ------------------------------------------------------------------------------

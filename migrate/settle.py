@@ -31,8 +31,9 @@ from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import spec
-from .criu import Facts, LazyPages, NodeCriu, tcp_lines
+from .criu import Facts, LazyPages, NodeCriu
 from .resolve import Copy, Decision, Images, Move, Side, decide
+from .runc_conf import tcp_lines
 from .segment import NodeSegment
 
 #: node -> True/False (its BMC's power state) or None (no BMC / unreadable); power/ supplies it

@@ -42,7 +42,7 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import criu, moved, room, segment, spec
+from . import criu, moved, room, runc_conf, segment, spec
 from .copy import copy_all, stream_image
 from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
@@ -484,7 +484,7 @@ class Migration:
             self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
                                               self._dump_deadline() + 60)
             source_lines, target_lines = ["page-server", f"address {target_address}"], []
-        tcp = criu.tcp_lines(self.facts.keeps_connections)
+        tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
             src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
                                *tcp]),

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from peakpack.migrate import criu
-from peakpack.migrate.criu import NODE_SCRIPT, NodeCriu, blocks, operator_options, with_block, without_block
+from peakpack.migrate.criu import NODE_SCRIPT, NodeCriu
+from peakpack.migrate.runc_conf import blocks, handles_tcp, operator_options, option_of, with_block, without_block
 from peakpack.migrate.spec import probe_addresses
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.remote.ssh import CommandResult
@@ -64,6 +65,28 @@ def test_an_operators_edit_while_armed_is_kept() -> None:
 def test_options_the_operator_sets_are_read_outside_the_blocks() -> None:
     conf = with_block(b"# comment\ntcp-close\n--leave-running\nimages-dir /x\n", 4, LINES)
     assert operator_options(conf) == {"tcp-close", "leave-running", "images-dir"}
+
+
+@pytest.mark.parametrize(("line", "option"), [
+    (b"images-dir=/x", "images-dir"),          # getopt_long's name=value
+    (b"--images-dir /x", "images-dir"),
+    (b"lazy-page", "lazy-pages"),              # an unambiguous abbreviation
+    (b"network-lock nftables", "network-lock"),
+    (b"  no-tcp-close  # a comment", "tcp-close"),  # a boolean's no- form names the option
+    (b"tcp-estab", "tcp-established"),
+    (b"leave-s", "leave-stopped"),
+    (b"tls-c /etc/ca.pem", None),              # ambiguous (tls-cacert, tls-cacrl, tls-cert): CRIU fails
+    (b"# images-dir /x", None), (b"", None), (b"no-such-option", None),
+])
+def test_a_line_sets_the_option_criu_would_read_from_it(line: bytes, option: str | None) -> None:
+    assert option_of(line) == option
+
+
+def test_the_operator_setting_ours_in_another_spelling_is_refused() -> None:
+    for line in (b"images-dir=/x\n", b"lazy-page\n", b"network-lock nftables\n", b"tls\n"):
+        why = criu.why_not_ready("node-1", criu.parse_preflight("node-1", preflight(CAP, conf=b"tcp-close\n" + line)))
+        assert why is not None and "which peakpack sets per migration" in why, line
+    assert handles_tcp(b"tcp-estab\n") and handles_tcp(b"--tcp-close\n") and not handles_tcp(b"tcp-\n")
 
 
 # -- the node script's own lock and runc.conf handling, run for real on a temporary /etc/criu --------

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from peakpack.migrate import spec
-from peakpack.migrate.criu import tcp_lines
 from peakpack.migrate.moved import document, reached, run_hook
+from peakpack.migrate.runc_conf import tcp_lines
 from peakpack.migrate.settle import MigrationFacts
 from peakpack.orchestrator.domain.model import Clients
 from peakpack.orchestrator.domain.states import MigrationState

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from peakpack.migrate import spec
-from peakpack.migrate.criu import handles_tcp
+from peakpack.migrate.runc_conf import handles_tcp
 from peakpack.migrate.transaction import MIN_CRIU, criu_version
 from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 from peakpack.orchestrator.domain.errors import NodeError
