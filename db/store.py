@@ -114,6 +114,10 @@ class Store:
         """Bind every later write of this handle to lease `token` (None: unfenced, writes as before)."""
         self._db.fence(token)
 
+    @property
+    def fencing_token(self) -> int | None:
+        return self._db.token
+
     def check_fence(self) -> None:
         """Raise FencedError when this handle is fenced and another controller has taken the lease
         since: called right before an action on a node that no journal write precedes (settling a

@@ -142,7 +142,7 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
     else:
         checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
         settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings,
-                          guard=store.check_fence)
+                          guard=store.check_fence, token=store.fencing_token or 0)
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")
         state, reason = await settler.run(checkpointed, why)

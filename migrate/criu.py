@@ -32,14 +32,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.errors import FencedError, NodeError
 from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.ssh import CommandResult
 
 from .runc_conf import OURS, RUNC_CONF, blocks, handles_tcp, operator_options, with_block, without_block
 
 LOCK = "/etc/criu/peakpack.lock"
 #: what settling reads on each node and what the pages-to-the-target path runs there
-TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash")
+TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash", "flock")
+#: the exit status of a node-side step refused because another controller's token holds the lease
+FENCED = 7
 
 
 def work_dir(docker_root: str, migration_id: int) -> str:
@@ -63,16 +66,49 @@ class ProcessIds:
 
 
 @dataclass(frozen=True)
+class NodeLease:
+    """A migration's lease on a node (`LOCK`): which migration holds it, in which role, with which
+    controller's fencing token, until when by the node's clock; `now` is that clock when read."""
+
+    migration: int
+    role: str
+    token: int
+    expires: int
+    now: int
+
+    @classmethod
+    def parse(cls, text: str, now: int) -> NodeLease:
+        """"MID ROLE [TOKEN EXPIRES]" (a lock from before leases has neither: token 0, expired)."""
+        words = text.split()
+        try:
+            return cls(int(words[0]), words[1] if len(words) > 1 else "?",
+                       int(words[2]) if len(words) > 2 else 0, int(words[3]) if len(words) > 3 else 0, now)
+        except (IndexError, ValueError):
+            return cls(0, f"unreadable: {text[:40]!r}", 0, 0, now)
+
+    @property
+    def stale(self) -> bool:
+        """Nobody has renewed it in time: its controller died, or lost its way to the node."""
+        return self.expires <= self.now
+
+    def describe(self) -> str:
+        when = (f"expired {self.now - self.expires} s ago" if self.stale
+                else f"renewed, {self.expires - self.now} s left")
+        return f"migration {self.migration} {self.role}, token {self.token}, {when}"
+
+
+@dataclass(frozen=True)
 class Preflight:
     """What preflight judges a node by, read in one SSH command (`NODE_SCRIPT preflight`)."""
 
     cap_sys_resource: bool     # root (and so CRIU under dockerd) has CAP_SYS_RESOURCE
     pipe_max_size: int         # fs.pipe-max-size, one value for the whole host
-    lock: str                  # LOCK's content: "<migration> <role>", "" when free
+    lock: str                  # LOCK's content: "<migration> <role> <token> <expires>", "" when free
     conf: bytes                # runc.conf as it is
     missing: tuple[str, ...]   # TOOLS not on PATH
     processes: tuple[ProcessIds, ...] = ()  # the container's processes (asked on the source only)
     memory_mb: float = 0.0     # their resident memory
+    now: int = 0               # the node's clock (a lease's expiry is the node's)
 
 
 def parse_preflight(node: str, text: str) -> Preflight:
@@ -90,7 +126,7 @@ def parse_preflight(node: str, text: str) -> Preflight:
                          pipe_max_size=int(fields["pipe_max_size"]), lock=fields.get("lock", "").strip(),
                          conf=base64.b64decode(fields.get("conf", "")),
                          missing=tuple(fields.get("missing", "").split()), processes=tuple(processes),
-                         memory_mb=int(fields.get("rss_kb") or 0) / 1024)
+                         memory_mb=int(fields.get("rss_kb") or 0) / 1024, now=int(fields.get("now") or 0))
     except (KeyError, ValueError) as exc:
         raise NodeError(node, f"its CRIU facts answered something unexpected ({exc}): {text[:80]!r}") from None
 
@@ -112,7 +148,7 @@ def why_not_ready(node: str, facts: Preflight) -> str | None:
         return (f"node {node}: {RUNC_CONF} sets {', '.join(theirs)}, which peakpack sets per migration (and which "
                 "changes every checkpoint on the node); remove that line")
     held = [f"migration {m}'s block in {RUNC_CONF}" for m in blocks(facts.conf)]
-    held += [f"{LOCK} (migration {facts.lock})"] if facts.lock else []
+    held += [f"{LOCK} ({NodeLease.parse(facts.lock, facts.now).describe()})"] if facts.lock else []
     if held:
         return (f"node {node}: busy: {' and '.join(held)}; `peakpack reconcile` clears them once that migration is "
                 "settled (left by a migration this store does not know: remove them once no checkpoint runs there)")
@@ -179,6 +215,18 @@ def parse_facts(node: str, text: str) -> Facts:
 #: that ended stays a zombie until reaped and `kill -0` says yes; `procs` lists a container's
 #: processes (every process of the pid namespace of its init, $1)
 SH_FUNCTIONS = r"""
+LOCK=/etc/criu/peakpack.lock
+# `fence`: this migration's lease on the node ($PP_MID, "MID ROLE TOKEN EXPIRES" in $LOCK) carries a
+# newer controller's token than ours ($PP_TOKEN): another controller leads, so this one's steps are
+# refused here (exit 7), whatever it believes
+fence() {
+  [ -n "${PP_MID:-}" ] && [ -s $LOCK ] || return 0
+  read -r m r t e < $LOCK || return 0
+  if [ "$m" = "$PP_MID" ] && [ "${t:-0}" -gt "${PP_TOKEN:-0}" ]; then
+    echo "fenced: migration $m's lease here has token $t, newer than ours (${PP_TOKEN:-0}): another controller leads"
+    exit 7
+  fi
+}
 alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }
 procs() {
   ns=$(readlink /proc/$1/ns/pid) || return 0
@@ -189,7 +237,7 @@ procs() {
 #: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand).
 NODE_SCRIPT = r"""
 set -u
-LOCK=/etc/criu/peakpack.lock CONF=/etc/criu/runc.conf
+CONF=/etc/criu/runc.conf
 $SH_FUNCTIONS
 conf_path() { readlink -f "$CONF" 2>/dev/null || echo "$CONF"; }
 # a daemon of this migration (its pidfile, checked against its command line: pids are reused)
@@ -209,8 +257,11 @@ start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own 
   exit 1
 }
 cmd=$1; shift
+case $cmd in lock|unlock|write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker)
+  fence;; esac
 case $cmd in
 preflight)  # [PID]: this node's facts, and the processes of the container whose init is PID
+  echo "now $(date +%s)"
   echo "cap_eff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
   echo "pipe_max_size $(cat /proc/sys/fs/pipe-max-size)"
   echo "lock $(cat $LOCK 2>/dev/null)"
@@ -223,13 +274,31 @@ preflight)  # [PID]: this node's facts, and the processes of the container whose
     rss=$((rss + $(awk '/^VmRSS:/ {print $2}' $s 2>/dev/null || echo 0)))
   done; fi
   echo "rss_kb $rss";;
-lock)  # MID ROLE: take the node's lock, or say who holds it (exit 3); idempotent for MID
+lock)  # ROLE TTL: take this migration's lease on the node, or renew it for TTL s with our token
+  # (a newer one there: fenced, exit 7); another migration's lease: exit 3 naming it
   mkdir -p "${LOCK%/*}"
-  (set -C; echo "$1 $2" > $LOCK) 2>/dev/null && exit 0
-  case "$(cat $LOCK 2>/dev/null)" in "$1 "*) exit 0;; esac
-  echo "held by migration $(cat $LOCK 2>/dev/null)"; exit 3;;
-unlock)  # MID: release the lock if MID holds it
-  case "$(cat $LOCK 2>/dev/null)" in "$1 "*) rm -f $LOCK;; esac;;
+  exec 9>"$LOCK.guard"; flock 9
+  if [ -s $LOCK ]; then
+    read -r m r t e < $LOCK
+    [ "$m" = "$PP_MID" ] || { echo "held by migration $(cat $LOCK)"; exit 3; }
+    fence
+  fi
+  echo "$PP_MID $1 ${PP_TOKEN:-0} $(( $(date +%s) + $2 ))" > "$LOCK.new" && mv -f "$LOCK.new" $LOCK;;
+unlock)  # this migration's lease released (the migration is settled)
+  exec 9>"$LOCK.guard"; flock 9
+  [ -s $LOCK ] && read -r m r t e < $LOCK && [ "$m" = "$PP_MID" ] && rm -f $LOCK; true;;
+fence)  # only the check: before a step another tool takes (the Engine API)
+  ;;
+abort)  # FILTER: a dump still running fails now (its sockets destroyed): CRIU resumes the source
+  ss -K -Htn "$1"; ss -K -Hltn "$1"; true;;
+make)  # DIR
+  mkdir -p -- "$1";;
+docker)  # ARGS...: the node's docker CLI (a start from a checkpoint), fenced like every step
+  exec docker "$@";;
+remove)  # DIR
+  rm -rf -- "$1";;
+lease)  # this node's lease, as it is: "MID ROLE TOKEN EXPIRES NOW", or "- NOW" when there is none
+  if [ -s $LOCK ]; then echo "$(cat $LOCK) $(date +%s)"; else echo "- $(date +%s)"; fi;;
 read)  # runc.conf, base64 (empty when there is none)
   f=$(conf_path); [ -f "$f" ] && base64 -w0 "$f"; echo;;
 write)  # SHA256: stdin (base64) replaces runc.conf, atomically, only if it still has that digest
@@ -249,7 +318,7 @@ stop)  # DIR: kill this migration's daemons (their process groups)
 checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER: dump, left stopped; at SECS, `ss -K` FILTER's sockets
   docker checkpoint create --leave-running "$1" "$2" &
   d=$!
-  setsid sh -c 'sleep "$1"; [ "$(cat '$LOCK' 2>/dev/null)" = "$2" ] || exit 0
+  setsid sh -c 'sleep "$1"; read -r m r t e < '$LOCK' && [ "$m $r" = "$2" ] || exit 0
                 ss -K -Htn "$3"; ss -K -Hltn "$3"' watchdog "$3" "$4" "$5" </dev/null >/dev/null 2>&1 &
   w=$!
   wait $d; rc=$?
@@ -306,35 +375,63 @@ class NodeCriu:
     """One node's side of one migration: its lock and runc.conf block, the CRIU daemons it starts
     there, and the facts settling reads. Every method is one or two SSH commands and idempotent."""
 
-    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int) -> None:
-        self.ssh, self.node, self.mid = ssh, node, migration_id
+    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0) -> None:
+        """`token`: the fencing token of the store's lease this process holds (0: none)."""
+        self.ssh, self.node, self.mid, self.token = ssh, node, migration_id, token
         self.dir = work_dir(docker_root, migration_id)
+
+    async def _exec(self, *args: str | int | float, timeout: float = 60.0, input: str | None = None) -> CommandResult:
+        """One NODE_SCRIPT subcommand as this migration, under this process's token: refused on the
+        node (FencedError) once another controller's newer token holds the migration's lease."""
+        argv = ["env", f"PP_MID={self.mid}", f"PP_TOKEN={self.token}", *script(*args)]
+        res = await self.ssh.run(self.node, argv, timeout=timeout, check=False, input=input)
+        if res.exit_status == FENCED:
+            raise FencedError(f"node {self.node}: {res.stdout.strip()[:300]}")
+        return res
 
     async def run(self, *args: str | int | float, timeout: float = 60.0, check: bool = True,
                   input: str | None = None) -> str:
-        res = await self.ssh.run(self.node, script(*args), timeout=timeout, check=False, input=input)
+        res = await self._exec(*args, timeout=timeout, input=input)
         if check and not res.ok:
             said = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
             raise NodeError(self.node, f"{args[0]}: {said[0][:300]}")
         return res.stdout
 
-    async def lock(self, role: str) -> None:
-        await self.run("lock", self.mid, role)
+    async def lock(self, role: str, ttl: float) -> None:
+        """Take this migration's lease on the node, or renew it for `ttl` seconds with our token:
+        the lease keeps other migrations off the node, and a node that holds a newer controller's
+        token for it refuses this one (FencedError)."""
+        await self.run("lock", role, round(ttl))
+
+    async def unlock(self) -> None:
+        """The migration is settled: its lease on the node goes."""
+        await self.run("unlock")
+
+    async def fence(self) -> None:
+        """Before a step another tool takes on this node (the Engine API): FencedError once a newer
+        controller holds the migration's lease here."""
+        await self.run("fence")
+
+    async def lease(self) -> NodeLease | None:
+        """This node's lease, whichever migration holds it (None: free)."""
+        words = (await self.run("lease")).split()
+        if not words or words[0] == "-":
+            return None
+        return NodeLease.parse(" ".join(words[:-1]), int(words[-1]))
 
     async def arm(self, role: str, lines: Sequence[str]) -> None:
-        """Lock the node for this migration, then append its block to runc.conf."""
-        await self.lock(role)
+        """Append this migration's block to runc.conf (under its lease on the node)."""
         await self._edit(lambda conf: with_block(conf, self.mid, lines))
 
-    async def release(self) -> None:
-        """This migration's block stripped, then its lock released (the lock guards the file)."""
+    async def strip(self) -> None:
+        """This migration's block out of runc.conf: the node's other checkpoints are as before."""
         await self._edit(lambda conf: without_block(conf, self.mid))
-        await self.run("unlock", self.mid)
 
     async def disarm(self) -> None:
-        """Every path's end on this node: this migration's daemons killed, then `release`."""
+        """Every path's end on this node: this migration's daemons killed and its block stripped
+        (its lease stays until the migration is settled)."""
         await self.run("stop", self.dir)
-        await self.release()
+        await self.strip()
 
     async def _edit(self, change: Callable[[bytes], bytes]) -> None:
         """Read runc.conf, change it, write it back only if nobody changed it meanwhile (the lock
@@ -347,8 +444,7 @@ class NodeCriu:
             new = change(old)
             if new == old:
                 return
-            res = await self.ssh.run(self.node, script("write", hashlib.sha256(old).hexdigest()), check=False,
-                                     input=base64.b64encode(new).decode())
+            res = await self._exec("write", hashlib.sha256(old).hexdigest(), input=base64.b64encode(new).decode())
             if res.ok:
                 return
             if res.exit_status != 4:
@@ -361,8 +457,7 @@ class NodeCriu:
         the migration's own place in the range; returns the port."""
         for i in range(min(ports, 20)):
             port = first_port + (self.mid + i) % ports
-            res = await self.ssh.run(self.node, script("page-server", self.dir, address, port, round(seconds)),
-                                     timeout=60, check=False)
+            res = await self._exec("page-server", self.dir, address, port, round(seconds))
             if res.ok:
                 return port
             if res.exit_status != 5:
@@ -389,8 +484,7 @@ class NodeCriu:
 
     async def abort(self, socket_filter: str) -> None:
         """Make a dump of this node fail now, as its deadline would: CRIU then resumes the source."""
-        await self.ssh.run(self.node, ["sh", "-c", 'ss -K -Htn "$1"; ss -K -Hltn "$1"', "sh", socket_filter],
-                           timeout=30, check=False)
+        await self.run("abort", socket_filter, timeout=30, check=False)
 
     async def image_path(self, container_id: str) -> str:
         return (await self.run("image-path", container_id)).strip()
@@ -404,6 +498,10 @@ class NodeCriu:
     async def resume(self, pid: int) -> None:
         await self.run("resume", pid)
 
+    async def docker(self, *args: str, timeout: float) -> None:
+        """The node's docker CLI (the SDK has no checkpoint verbs), under this migration's fence."""
+        await self.run("docker", *args, timeout=timeout)
+
     async def answering(self, pid: int, addresses: Sequence[str]) -> set[str]:
         """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from the network namespace
         of `pid` (the container's)."""
@@ -416,7 +514,7 @@ class NodeCriu:
 
     async def make(self, sub: str) -> None:
         """This migration's folder `sub` (CRIU writes images only into a folder that exists)."""
-        await self.ssh.run(self.node, ["mkdir", "-p", "--", f"{self.dir}/{sub}"])
+        await self.run("make", f"{self.dir}/{sub}")
 
     async def remove(self) -> None:
-        await self.ssh.run(self.node, ["rm", "-rf", "--", self.dir])
+        await self.run("remove", self.dir)

@@ -1,9 +1,11 @@
 """While a migration runs, the QoS guards of both its nodes leave its container alone (no CPU cap,
 no weight, no stop: qos/guard.py). The marker is a file in each node's guard folder,
 `holds/<container>`, holding `{"until": <epoch s>, "migration": <id>}`: a lease, so a controller
-that dies mid-migration does not shield the container for longer than `HOLD_S`. Written before
-anything changes on either node, removed once the migration is settled (an IN_DOUBT one keeps it
-until reconciliation settles it, or it expires)."""
+that dies mid-migration does not shield the container for longer than its `[migration]
+lease_seconds`. Written before anything changes on either node and renewed with the migration's
+node leases (a long pre-copy or a long IN_DOUBT must not let a guard stop a container in mid-dump),
+removed once the migration is settled (an IN_DOUBT one keeps it until reconciliation settles it,
+or it expires)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,12 @@ from peakpack.orchestrator.remote import SshPool
 
 #: the guard's folder on a node (qos/guard.py DEFAULT_STATE_DIR; the lab sets it per node)
 QOS_DIR = '"${PEAKPACK_QOS_DIR:-/var/lib/peakpack/qos}"'
-#: longer than a migration takes: it ends earlier when the migration is settled
-HOLD_S = 900
-
-
-async def set_hold(ssh: SshPool, nodes: Sequence[str], container: str, migration_id: int, *, held: bool) -> None:
-    """Write (`held`) or remove the hold on every node in `nodes`. A node that cannot be told is
-    left as it is: the migration's own steps find out what is wrong with it, and a hold left
-    behind expires."""
-    marker = json.dumps({"until": round(time.time() + HOLD_S), "migration": migration_id})
+async def set_hold(ssh: SshPool, nodes: Sequence[str], container: str, migration_id: int, *, held: bool,
+                   seconds: float = 900.0) -> None:
+    """Write or renew (`held`, for `seconds`) or remove the hold on every node in `nodes`. A node
+    that cannot be told is left as it is: the migration's own steps find out what is wrong with it,
+    and a hold left behind expires."""
+    marker = json.dumps({"until": round(time.time() + seconds), "migration": migration_id})
     if held:
         script = f'd={QOS_DIR}/holds; mkdir -p "$d" && printf "%s\\n" "$2" > "$d/$1.new" && mv -f "$d/$1.new" "$d/$1"'
     else:

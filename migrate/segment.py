@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.errors import FencedError, NodeError
 from peakpack.orchestrator.remote import SshPool
 
-from .criu import SH_FUNCTIONS, work_dir
+from .criu import FENCED, SH_FUNCTIONS, work_dir
 
 #: what the steps here run on a node, beyond what CRIU's side needs (`criu.TOOLS`)
 TOOLS = ("python3", "ip")
@@ -123,6 +123,7 @@ set -u
 $SH_FUNCTIONS
 cmd=$1 pid=$2 dir=$3; shift 3
 in_ns() { nsenter -t "$pid" -n "$@"; }
+fence
 case $cmd in
 down)  # ADDRESS...: the interfaces holding them down, after saving their names and the routes
   [ -f "$dir/links" ] && exit 0  # already down: the first save holds the routes
@@ -161,14 +162,17 @@ esac
 class NodeSegment:
     """One node's side of one migration's moving addresses. Every method is one SSH command."""
 
-    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int) -> None:
-        self.ssh, self.node = ssh, node
+    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0) -> None:
+        """`token`: the fencing token of the store's lease this process holds (`criu.NodeCriu`)."""
+        self.ssh, self.node, self.mid, self.token = ssh, node, migration_id, token
         self.dir = work_dir(docker_root, migration_id)
 
     async def _run(self, sub: str, pid: int, *args: str) -> str:
-        argv = ["env", f"ANNOUNCE_PY={ANNOUNCE_PY}", f"UNREPAIR_PY={UNREPAIR_PY}",
-                "sh", "-c", SCRIPT, "sh", sub, str(pid), self.dir, *args]
+        argv = ["env", f"PP_MID={self.mid}", f"PP_TOKEN={self.token}", f"ANNOUNCE_PY={ANNOUNCE_PY}",
+                f"UNREPAIR_PY={UNREPAIR_PY}", "sh", "-c", SCRIPT, "sh", sub, str(pid), self.dir, *args]
         res = await self.ssh.run(self.node, argv, timeout=60, check=False)
+        if res.exit_status == FENCED:
+            raise FencedError(f"node {self.node}: {res.stdout.strip()[:300]}")
         if not res.ok:
             said = f"{res.stdout} {res.stderr}".strip().splitlines()[-1:] or [f"exit {res.exit_status}"]
             raise NodeError(self.node, f"{sub}: {said[0][:300]}")

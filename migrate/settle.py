@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
+from peakpack.orchestrator.domain.errors import FencedError, NodeError, PeakpackError
 from peakpack.orchestrator.domain.model import Clients
 from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
@@ -32,6 +32,7 @@ from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import spec
 from .criu import Facts, LazyPages, NodeCriu
+from .hold import set_hold
 from .resolve import Copy, Decision, Images, Move, Side, decide
 from .runc_conf import tcp_lines
 from .segment import NodeSegment
@@ -143,6 +144,9 @@ class Settler:
     #: called before every action on a node: raises (FencedError) once this process may act no
     #: more (`Journal.check_fence`), so a fenced process stops touching nodes at once
     guard: Callable[[], None] = lambda: None
+    #: the store's lease token this process holds: every round renews the migration's node leases
+    #: with it, and node-side steps carry it, so a node refuses a controller that was replaced
+    token: int = 0
     _roots: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -154,12 +158,12 @@ class Settler:
         if node not in self._roots:
             info = await self.engines.call(node, lambda api: api.info())
             self._roots[node] = str(info["DockerRootDir"])
-        return NodeCriu(self.ssh, node, self._roots[node], self.migration_id)
+        return NodeCriu(self.ssh, node, self._roots[node], self.migration_id, self.token)
 
     async def segment(self, node: str) -> NodeSegment:
         """`node`'s side of this migration's moving addresses."""
         await self.criu(node)
-        return NodeSegment(self.ssh, node, self._roots[node], self.migration_id)
+        return NodeSegment(self.ssh, node, self._roots[node], self.migration_id, self.token)
 
     async def checkpoint_dir(self, node: str, container_id: str) -> str:
         await self.criu(node)
@@ -215,23 +219,52 @@ class Settler:
                 return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
             self.guard()
             try:
+                await self._renew()
                 armed = [await self.criu(s.node) for s in (src, dst) if s.armed]
                 await asyncio.gather(*(c.disarm() for c in armed))
                 if d.move is Move.SOAK:
                     await asyncio.sleep(max(0.1, self.settings.grace_seconds - dst.running_s))
                 else:
                     await self.act(d)
+            except FencedError:
+                raise  # a node holds a newer controller's token: it settles this migration
             except (PeakpackError, EngineAPIError, OSError) as exc:
                 return MigrationState.IN_DOUBT, _join(note, f"{d.move.value} failed: {_one_line(exc)}; retried "
                                                            "at the next reconciliation")
             if d.move in (Move.START_SOURCE_FRESH, Move.START_TARGET_FRESH) or (
                     note is None and d.move in (Move.REMOVE_TARGET, Move.RESUME_SOURCE)):
                 note = _join(note, d.why)  # what lost the state, or why a migration without error goes back
+            if d.move in (Move.DONE_FORWARD, Move.DONE_BACK):
+                await self._release()
             if d.move is Move.DONE_FORWARD:
                 return MigrationState.SUCCEEDED, note
             if d.move is Move.DONE_BACK:
                 return (MigrationState.ROLLED_BACK if checkpointed else MigrationState.FAILED), note
         return MigrationState.IN_DOUBT, _join(note, "did not settle; retried at the next reconciliation")
+
+    async def _renew(self) -> None:
+        """The migration's lease on each node that answers, renewed with our token before anything
+        is done there (a node holding a newer controller's token refuses: FencedError); the QoS
+        guards' hold with it."""
+        ttl = self.settings.lease_seconds
+        for node, role in ((self.source, "source"), (self.target, "target")):
+            try:
+                await (await self.criu(node)).lock(role, ttl)
+            except FencedError:
+                raise
+            except (NodeError, EngineAPIError):
+                continue  # silent, or another migration's lease: nothing of ours is done there
+        await set_hold(self.ssh, (self.source, self.target), self.container, self.migration_id, held=True,
+                       seconds=ttl)
+
+    async def _release(self) -> None:
+        """Settled: the migration's lease on both nodes goes (a node that does not answer keeps a
+        stale one, listed by `peakpack reconcile` with its age)."""
+        for node in (self.source, self.target):
+            try:
+                await (await self.criu(node)).unlock()
+            except (NodeError, EngineAPIError):
+                continue
 
     async def act(self, d: Decision) -> None:
         src, dst = self.source, self.target
@@ -335,8 +368,8 @@ class Settler:
             await criu.disarm()
 
     async def _start(self, node: str, checkpoint: bool = False) -> None:
-        argv = ["docker", "start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
-        await self.ssh.run(node, argv, timeout=self.restore_timeout)
+        argv = ["start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
+        await (await self.criu(node)).docker(*argv, timeout=self.restore_timeout)
         await self._announce(node)
         await asyncio.sleep(0.3)  # a restore that dies at once shows as stopped when observed next
 

@@ -128,11 +128,17 @@ class Migration:
         self.post_copy = False    # this migration runs post-copy (the setting, and not critical)
         self.port = 0             # the page server's (post-copy: the source's lazy dump's) port
         self._dump: asyncio.Task[None] | None = None  # post-copy: the source's dump, serving pages
+        #: the store's lease token this process holds: node-side steps carry it (`criu.NodeCriu`)
+        self.token = store.fencing_token or 0
+        self._renewer: asyncio.Task[None] | None = None  # keeps the node leases and holds alive
+        self._fenced: FencedError | None = None  # a node refused our token: another controller leads
 
     async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
                     nbytes: Callable[[], int | None] = lambda: None) -> None:
         if self.hook is not None:
             await self.hook(name)
+        if self._fenced is not None:
+            raise self._fenced
         self.progress(name)
         sid = self.store.migrations.step_started(self.mid, name)
         try:
@@ -156,7 +162,6 @@ class Migration:
             await self._step("preflight", self.preflight)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
             return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
-        await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=True)
         failure = None
         try:
             for name, fn, nbytes in (
@@ -173,6 +178,9 @@ class Migration:
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any error settles the same way
             failure = _one_line(exc)
             await self._stop_lazy_dump()
+        finally:
+            if self._renewer is not None:  # settling renews (and in the end releases) the leases itself
+                self._renewer.cancel()
         result = await self.settle(failure)
         if result.state is not MigrationState.IN_DOUBT:
             await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=False)
@@ -197,7 +205,8 @@ class Migration:
             await self.hook("settling")
         self.progress("settling" if failure is None else "rolling back")
         settler = Settler(self.ssh, self.engines, self.container, self.source, self.target, self.mid, self.facts,
-                          self.bmc_power, self.restore_timeout(), self.settings, guard=self.store.check_fence)
+                          self.bmc_power, self.restore_timeout(), self.settings, guard=self.store.check_fence,
+                          token=self.token)
         try:
             sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
         except FencedError:
@@ -391,9 +400,31 @@ class Migration:
 
     # -- the transaction ------------------------------------------------------------------------
 
+    async def _renew(self) -> None:
+        """This migration's lease on both nodes (taken, or renewed with our token: a node holding a
+        newer controller's refuses, FencedError) and the QoS guards' hold on its container."""
+        ttl = self.settings.lease_seconds
+        await asyncio.gather(self.src_criu.lock("source", ttl), self.dst_criu.lock("target", ttl))
+        await set_hold(self.ssh, (self.source, self.target), self.container, self.mid, held=True, seconds=ttl)
+
+    async def _keep_leases(self) -> None:
+        """In the background while the steps run: a step may take longer than a lease (a long copy)."""
+        while True:
+            await asyncio.sleep(self.settings.renew_every_s)
+            try:
+                await self._renew()
+            except FencedError as exc:
+                self._fenced = exc  # the next step raises it
+                return
+            except PeakpackError:
+                continue  # a node that does not answer: the steps find out
+
     async def create(self) -> str:
-        """Networks, volumes and the container on the target; the container with restart policy
+        """Both nodes' leases taken first (nothing else of the migration runs there without them),
+        then networks, volumes and the container on the target; the container with restart policy
         "no" until the migration ends (the operator's policy is set when it is settled)."""
+        await self._renew()
+        self._renewer = asyncio.ensure_future(self._keep_leases())
         for args in self.networks_to_create:
             await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
         volume_dirs: dict[str, str] = {}
@@ -448,15 +479,15 @@ class Migration:
 
     @property
     def src_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid)
+        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid, self.token)
 
     @property
     def dst_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid)
+        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid, self.token)
 
     @property
     def src_segment(self) -> segment.NodeSegment:
-        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid)
+        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid, self.token)
 
     @property
     def _sockets(self) -> str:
@@ -475,7 +506,7 @@ class Migration:
                                                                                    restart_policy=NO_RESTART))
         src, dst, s = self.src_criu, self.dst_criu, self.settings
         source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
-        await asyncio.gather(src.lock("source"), dst.lock("target"), src.make("dump"), dst.make("images"))
+        await asyncio.gather(self._renew(), src.make("dump"), dst.make("images"))
         if self.post_copy:
             self.port = s.page_server_port + self.mid % s.page_server_ports
             source_lines = ["lazy-pages", f"address {source_address}"]
@@ -525,7 +556,7 @@ class Migration:
         else:
             descriptors = f"{self.src_checkpoint}/descriptors.json"
         payload, _ = await asyncio.gather(src.send(descriptors), self._links_down())
-        done_with_source = [] if self.post_copy else [src.release()]  # post-copy: it serves pages still
+        done_with_source = [] if self.post_copy else [src.strip()]  # post-copy: it serves pages still
         copied, *_ = await asyncio.gather(self._copy_all(self._copies()),
                                           self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
         self.t.bytes = copied + len(payload) * 3 // 4
@@ -554,17 +585,17 @@ class Migration:
         """UNFREEZE: the target restored from the images its runc.conf block points CRIU at; then
         its block is stripped (post-copy: its lazy-pages daemon goes on feeding it)."""
         t0 = time.monotonic()
-        await self.ssh.run(self.target, ["docker", "start", "--checkpoint", checkpoint_name(self.mid), self.container],
-                           timeout=self.restore_timeout())
+        await self.dst_criu.docker("start", "--checkpoint", checkpoint_name(self.mid), self.container,
+                                   timeout=self.restore_timeout())
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
         if self.moving:  # at once: switches and neighbours still deliver to the source
             got = await self.engines.inspect_container_or_none(self.target, self.container)
             if got is not None and got["State"]["Running"]:
-                await segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid).announce(
+                await segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid, self.token).announce(
                     int(got["State"]["Pid"]), self.facts.moving_addresses)
-        await self.dst_criu.release()
+        await self.dst_criu.strip()
 
     async def verify(self) -> str:
         """The target runs; post-copy, every page has arrived (the source's dump ends when they are
@@ -577,7 +608,7 @@ class Migration:
                 raise MigrationError(f"{self.container}: post-copy to {self.target} ended before every page "
                                      f"arrived (see {self.dst_criu.dir}/lazy-pages.log there)")
             self.t.last_page_ms = (time.monotonic() - self.t.frozen_at) * 1000
-            await self.src_criu.release()
+            await self.src_criu.strip()
             detail = f"every page arrived {self.t.last_page_ms / 1000:.2f} s after the freeze"
         await asyncio.sleep(0.3)
         got = await self.engines.inspect_container_or_none(self.target, self.container)

@@ -297,6 +297,7 @@ class _Migration(_Strict):
     page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
     on_moved: Annotated[str, Field(max_length=4096)] | None = None
     on_moved_timeout_seconds: Annotated[float, Field(**inputs.HOOK_SECONDS.pydantic())] | None = None
+    lease_seconds: Annotated[float, Field(**inputs.LEASE_SECONDS.pydantic())] | None = None
 
     @model_validator(mode="after")
     def _range(self) -> _Migration:

@@ -245,6 +245,12 @@ class Journal(Protocol):
 
     def fence(self, token: int | None) -> None: ...
 
+    @property
+    def fencing_token(self) -> int | None:
+        """The lease token this handle's writes are fenced with (None: unfenced): node-side steps
+        carry it too, so a node refuses a controller that another has replaced."""
+        ...
+
     def check_fence(self) -> None:
         """FencedError once another controller took the lease of a fenced handle: before an
         action on a node that no journal write precedes."""

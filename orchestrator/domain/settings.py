@@ -141,6 +141,15 @@ class MigrationSettings:
     on_moved: str = ""
     #: the command is killed after this long; a hook that fails or hangs never undoes a migration
     on_moved_timeout_seconds: float = 30.0
+    #: a migration's lease on each of its nodes (`/etc/criu/peakpack.lock`, with the store's fencing
+    #: token) and the QoS guards' hold on its container last this long unless renewed; they are
+    #: renewed every sixth of it while the migration runs and at every settling round, and released
+    #: once it is settled. A lease past its expiry is stale: its controller died or lost its way
+    lease_seconds: float = 900.0
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_seconds / 6
 
     def dump_deadline_s(self, memory_mb: float) -> float:
         """Seconds a dump of `memory_mb` may take before it is aborted."""

@@ -19,7 +19,7 @@ from peakpack.migrate import criu
 from peakpack.migrate.criu import NODE_SCRIPT, NodeCriu
 from peakpack.migrate.runc_conf import blocks, handles_tcp, operator_options, option_of, with_block, without_block
 from peakpack.migrate.spec import probe_addresses
-from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.errors import FencedError, NodeError
 from peakpack.orchestrator.remote.ssh import CommandResult
 
 OPERATOR = [
@@ -115,17 +115,20 @@ def etc(tmp_path: Path) -> Path:
 def test_every_path_leaves_the_operators_file_as_it_was(etc: Path, conf: bytes) -> None:
     (etc / "runc.conf").write_bytes(conf)
     (etc / "runc.conf").chmod(0o640)
-    node = NodeCriu(LocalNode(etc), "node-1", "/docker", 12)  # type: ignore[arg-type]
-    asyncio.run(node.arm("source", LINES))                    # success: armed, then released
+    node = NodeCriu(LocalNode(etc), "node-1", "/docker", 12, token=3)  # type: ignore[arg-type]
+    asyncio.run(node.lock("source", 60))                      # the lease, then the block
+    asyncio.run(node.arm("source", LINES))
     assert (etc / "runc.conf").read_bytes() == with_block(conf, 12, LINES)
-    assert (etc / "peakpack.lock").read_text() == "12 source\n"
-    asyncio.run(node.release())
-    assert (etc / "runc.conf").read_bytes() == conf and not (etc / "peakpack.lock").exists()
+    assert (etc / "peakpack.lock").read_text().startswith("12 source 3 ")
+    asyncio.run(node.strip())                                 # after its dump: the block goes, the lease stays
+    assert (etc / "runc.conf").read_bytes() == conf and (etc / "peakpack.lock").exists()
     assert oct((etc / "runc.conf").stat().st_mode & 0o777) == oct(0o640)
     asyncio.run(node.arm("source", LINES))                    # failure or crash: settling disarms it
     asyncio.run(node.disarm())
     asyncio.run(node.disarm())                                # and again, after a crash mid-way
-    assert (etc / "runc.conf").read_bytes() == conf and not (etc / "peakpack.lock").exists()
+    assert (etc / "runc.conf").read_bytes() == conf
+    asyncio.run(node.unlock())                                # settled: the lease goes
+    assert not (etc / "peakpack.lock").exists()
 
 
 def test_a_symlinked_runc_conf_is_edited_where_it_points(etc: Path) -> None:
@@ -142,13 +145,44 @@ def test_the_lock_keeps_a_second_migration_out_and_only_its_holder_releases_it(e
     (etc / "runc.conf").write_bytes(b"tcp-close\n")
     one = NodeCriu(LocalNode(etc), "node-1", "/docker", 1)  # type: ignore[arg-type]
     two = NodeCriu(LocalNode(etc), "node-1", "/docker", 2)  # type: ignore[arg-type]
-    asyncio.run(one.lock("source"))
-    asyncio.run(one.lock("source"))  # its own lock again: fine
+    asyncio.run(one.lock("source", 60))
+    asyncio.run(one.lock("source", 60))  # its own lease again: renewed
     with pytest.raises(NodeError, match="held by migration 1 source"):
-        asyncio.run(two.arm("target", ["images-dir /y"]))
-    asyncio.run(two.disarm())        # not its lock: left alone
-    assert (etc / "peakpack.lock").read_text() == "1 source\n"
+        asyncio.run(two.lock("target", 60))
+    asyncio.run(two.disarm())        # not its lease: left alone
+    asyncio.run(two.unlock())
+    assert (etc / "peakpack.lock").read_text().startswith("1 source 0 ")
     assert (etc / "runc.conf").read_bytes() == b"tcp-close\n"
+
+
+def test_a_node_refuses_a_controller_whose_token_another_has_replaced(etc: Path) -> None:
+    """The lease carries the store's fencing token: once the new leader has renewed it with a newer
+    token, every step of the old one is refused on the node itself, whatever it believes."""
+    (etc / "runc.conf").write_bytes(b"tcp-close\n")
+    old = NodeCriu(LocalNode(etc), "node-1", "/docker", 4, token=5)  # type: ignore[arg-type]
+    new = NodeCriu(LocalNode(etc), "node-1", "/docker", 4, token=6)  # type: ignore[arg-type]
+    asyncio.run(old.lock("source", 60))
+    asyncio.run(old.arm("source", LINES))
+    asyncio.run(new.lock("source", 60))  # the take-over
+    for step in (old.lock("source", 60), old.strip(), old.resume(1), old.abort("dport = :1"), old.make("dump"),
+                 old.docker("start", "web", timeout=10), old.fence(), old.unlock()):
+        with pytest.raises(FencedError, match="token 6, newer than ours"):
+            asyncio.run(step)
+    assert (etc / "runc.conf").read_bytes() == with_block(b"tcp-close\n", 4, LINES)  # untouched by the old one
+    lease = asyncio.run(new.lease())
+    assert lease is not None and (lease.migration, lease.role, lease.token, lease.stale) == (4, "source", 6, False)
+    asyncio.run(new.disarm())
+    asyncio.run(new.unlock())
+    assert asyncio.run(new.lease()) is None
+
+
+def test_a_lease_nobody_renewed_is_stale_and_says_so() -> None:
+    lease = criu.NodeLease.parse("7 target 12 1000", now=1300)
+    assert lease.stale and lease.describe() == "migration 7 target, token 12, expired 300 s ago"
+    assert criu.NodeLease.parse("7 source", now=5).describe() == "migration 7 source, token 0, expired 5 s ago"
+    why = criu.why_not_ready("node-2", criu.parse_preflight("node-2", preflight(CAP, lock="7 target 12 1000")
+                                                          .replace("cap_eff", "now 1300\ncap_eff")))
+    assert why is not None and "migration 7 target, token 12, expired 300 s ago" in why
 
 
 def test_a_write_racing_an_operators_edit_is_redone_on_the_new_content(etc: Path) -> None:
@@ -203,7 +237,7 @@ def test_root_processes_dump_anywhere() -> None:
     (preflight(NO_CAP, conf=b"shell-job\n"), "does not say tcp-close"),
     (preflight(NO_CAP, conf=b"tcp-close\npage-server\n"), "sets page-server, which peakpack sets per migration"),
     (preflight(NO_CAP, conf=with_block(b"tcp-close\n", 7, ["port 1"])), "migration 7's block"),
-    (preflight(NO_CAP, lock="7 source"), "peakpack.lock (migration 7 source)"),
+    (preflight(NO_CAP, lock="7 source"), "peakpack.lock (migration 7 source, token 0"),
     (preflight(NO_CAP, missing="missing ss"), "ss missing"),
 ])
 def test_a_node_that_cannot_take_part_is_refused_in_one_line(text: str, expect: str) -> None:
@@ -238,7 +272,7 @@ def test_facts_read_what_a_migration_left_on_a_node(tmp_path: Path, etc: Path) -
     (work / "dump" / "inventory.img").write_bytes(b"x")
     (ck / "descriptors.json").write_text("[]")
     (work / "images" / "pages-1.img").write_bytes(b"x")
-    asyncio.run(node.lock("source"))
+    asyncio.run(node.lock("source", 60))
     facts = asyncio.run(node.facts(str(ck), 0))
     assert facts.dump and facts.pages and not facts.complete and facts.armed
     (work / "images" / "inventory.img").write_bytes(b"x")
