@@ -61,9 +61,8 @@ from peakpack.orchestrator.decide.planner.instance import Instance
 from peakpack.orchestrator.decide.planner.objective import evaluate
 from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
 from peakpack.orchestrator.decide.planner.registry import get_policy
-from peakpack.orchestrator.domain.model import Inventory
 from peakpack.orchestrator.domain.settings import PlannerSettings
-from tests.support.synthetic import cross_node_share, random_problem, tiered_traffic
+from tests.support.synthetic import cross_node_share, inventory_toml, random_problem, tiered_traffic
 
 #: containers -> (nodes, time limit in seconds, target seconds or None)
 DEFAULT_SIZES = {
@@ -102,20 +101,6 @@ def parse_sizes(text: str) -> list[tuple[int, int, float, float | None]]:
 CLI_SIZES = ((50, 20), (200, 50))
 CLI_TARGET_S = 1.5  # the demo's wall-clock target
 CLI_RUNS = 3  # timed runs per case; the median is printed
-
-
-def inventory_toml(inv: Inventory) -> str:
-    """The inventory as the TOML an operator would write (only what the planner reads)."""
-    c = inv.cluster
-    lines = ["[cluster]", f'name = "{c.name}"', f"cap = {c.cap}", f"memory_cap = {c.memory_cap}"]
-    for i, n in enumerate(inv.nodes):  # synthetic addresses may collide: number them
-        lines += [
-            "", "[[nodes]]", f'name = "{n.name}"', f'address = "10.0.{i // 250}.{i % 250 + 1}"',
-            f"cpus = {int(n.cpus)}", f"memory_mb = {n.memory_mb}", f'role = "{n.role.value}"',
-            f"power_managed = {str(n.power_managed).lower()}",
-            "[nodes.power]", f"curve_w = {[round(w, 3) for w in n.power.watts]}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def time_cli(args: list[str], db: Path) -> tuple[float, dict]:
