@@ -41,6 +41,12 @@ that is slower for a while slows both. Target: at least halve the traffic crossi
 most 2% more power, within 1.5x the graph-blind time.
 
     .venv/bin/python bench/plan_scale.py --graph --graph-sizes 10000,100000 --runs 5
+    .venv/bin/python bench/plan_scale.py --whole --runs 3   # small clusters: CP-SAT's whole model
+
+`--whole` plans the embedded demo and mixed clusters small enough for the whole CP-SAT model
+(`WHOLE_CASES`, at most 2,500 x-variables) with `make_plan` and the default `PlannerSettings`,
+RUNS times each in this process: the objective's median and range over the runs, the number of
+distinct plans (action lists) they gave, and the median seconds.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ from peakpack.orchestrator.decide.planner.instance import Instance
 from peakpack.orchestrator.decide.planner.objective import evaluate
 from peakpack.orchestrator.decide.planner.problem import PlacementProblem, Weights
 from peakpack.orchestrator.decide.planner.registry import get_policy
+from peakpack.orchestrator.decide.solve import make_plan
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.settings import PlannerSettings
 from tests.support.synthetic import cross_node_share, inventory_toml, random_problem, tiered_traffic
 
@@ -206,6 +214,31 @@ def graph_main(seed: int, sizes: list[int], runs: int) -> None:
                   f"{r['energy_bound']:12.4f} {r['moves']:6d} {seconds:8.2f}{tail}", flush=True)
 
 
+#: (containers, nodes, devil share, seed) of the `--whole` clusters: the demo's kind of problem
+#: (contention makes proofs slow: 40/10 at 30% devils is the hard case of docs/planner.md)
+WHOLE_CASES = ((40, 10, 0.3, 1), (60, 30, 0.05, 1), (80, 30, 0.1, 3), (100, 24, 0.05, 4), (120, 20, 0.05, 1),
+               (120, 20, 0.05, 2), (250, 10, 0.05, 1))
+
+
+def whole_main(runs: int) -> None:
+    print(f"{'case':>26} {'objective':>10} {'min':>10} {'max':>10} {'plans':>5} {'seconds':>7}")
+    inv = demo_inventory()
+    cases = [("demo 24/9", inv, demo_snapshot(inv))]
+    for containers, nodes, devils, seed in WHOLE_CASES:
+        problem = random_problem(containers, nodes, seed, devil_share=devils)
+        cases.append((f"{containers}/{nodes} devils {devils:.0%} seed {seed}", problem.inventory, problem.snapshot))
+    for name, inventory, snapshot in cases:
+        objectives, plans, seconds = [], set(), []
+        for _ in range(runs):
+            started = time.perf_counter()
+            plan = make_plan(inventory, snapshot)
+            seconds.append(time.perf_counter() - started)
+            objectives.append(plan.solver.objective)
+            plans.add(plan.actions)
+        print(f"{name:>26} {statistics.median(objectives):10.2f} {min(objectives):10.2f} {max(objectives):10.2f} "
+              f"{len(plans):5d} {statistics.median(seconds):7.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -218,8 +251,13 @@ def main() -> None:
     parser.add_argument("--graph", action="store_true", help="container graphs: traffic crossing nodes")
     parser.add_argument("--graph-sizes", default=",".join(str(c) for c in GRAPH_SIZES),
                         help="containers of the --graph instances (of 1000, 10000, 100000)")
-    parser.add_argument("--runs", type=int, default=1, help="--graph: solve each way this many times in turn")
+    parser.add_argument("--whole", action="store_true", help="small clusters: CP-SAT's whole model, repeated")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="--graph: solve each way this many times in turn; --whole: plan each case this often")
     args = parser.parse_args()
+    if args.whole:
+        whole_main(args.runs)
+        return
     if args.cli:
         cli_main(args.seed)
         return
