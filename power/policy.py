@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from peakpack.orchestrator.decide.planner.explain import all_stay
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, cluster_metrics
 from peakpack.orchestrator.domain.plan import ActionKind, Plan, PlanError, replay
 
@@ -19,16 +20,23 @@ from peakpack.orchestrator.domain.plan import ActionKind, Plan, PlanError, repla
 def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory,
                 quarantined: Mapping[str, str]) -> Plan:
     """The plan without wake-ups of quarantined nodes; notes say why. Migrations that needed a
-    refused wake-up would be stranded, so then the plan is reduced to nothing."""
+    refused wake-up would be stranded, so then the plan is reduced to nothing, and its
+    explanations say that every container stays (no container's line mentions a wake-up, so
+    they hold otherwise)."""
     refused = [a for a in plan.actions if a.kind is ActionKind.POWER_ON and a.node in quarantined]
     if not refused:
         return plan
     notes = [*plan.notes, *(f"{a.node} not woken: quarantined ({quarantined[a.node or '']}); "
                             f"`peakpack power clear {a.node}` once fixed" for a in refused)]
     keep = tuple(a for a in plan.actions if a not in refused)
+    explanations = plan.explanations
     try:
         after = replay(inventory, snapshot, keep)
     except PlanError as exc:
         notes.append(f"plan reduced to nothing: {exc}")
         keep, after = (), snapshot
-    return replace(plan, actions=keep, after=cluster_metrics(inventory, after), notes=tuple(notes))
+        quarantined_now = ", ".join(str(a.node) for a in refused)
+        explanations = all_stay(snapshot, f"the plan was reduced to nothing: it needed {quarantined_now}, "
+                                          "quarantined since it was made")
+    return replace(plan, actions=keep, after=cluster_metrics(inventory, after), notes=tuple(notes),
+                   explanations=explanations)

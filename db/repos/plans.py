@@ -105,6 +105,7 @@ class PlanRepo(Repo):
                     decided_by=p.decided_by, decided_at=p.decided_at,
                     prediction=None if p.prediction_json is None else json.loads(p.prediction_json),
                     settings=None if p.settings_json is None else json.loads(p.settings_json),
+                    notes=tuple(p.notes.splitlines()),
                 )
                 for p in plans
             ]

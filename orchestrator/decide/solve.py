@@ -124,6 +124,7 @@ def make_plan(
         snapshot=snapshot,
         weights=Weights.from_settings(settings, inventory.cluster.epoch_seconds),
         time_limit_s=settings.time_limit_s if time_limit_s is None else time_limit_s,
+        work_limit=settings.work_limit,
         eligible=restrained_eligibility(eligibility(inventory, snapshot), snapshot, inventory, held_back),
         cap=settings.cap,
         allowance=allowance or Allowance(),
@@ -133,7 +134,7 @@ def make_plan(
         frozen=frozen_model(facts.frozen_history),
         lowered_caps={n: c.why for n, c in facts.lowered.items()},
     )
-    placement = _solve_without_port_clashes(solver, problem)
+    problem, placement = _solve_without_port_clashes(solver, problem)
     plan = build_plan(problem, placement, policy)
     hosting = set(placement.assignment.values())
     notes = tuple(f"{n} stays on: {why}" for n, why in sorted(held_back.keep_power.items())
@@ -145,19 +146,30 @@ def make_plan(
     return replace(plan, dry_run=dry_run, based_on_version=snapshot.version, notes=plan.notes + notes, settings=used)
 
 
-def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> Placement:
+def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> tuple[PlacementProblem, Placement]:
     """Two movers may pick the same node for the same port; forbid that node to the one that
-    clashed and solve again (clashes are rare, so this converges in a round or two)."""
+    clashed and solve again (clashes are rare, so this converges in a round or two). Returns the
+    problem last solved (its explanations are that problem's) and its placement, which says the
+    safety net stopped the solve if it stopped any round (that round chose what was forbidden)."""
     eligible = dict(problem.eligible)
     everywhere = frozenset(problem.inventory.node_names)
+    clock = False
     for _ in range(MAX_PORT_ROUNDS):
         placement = solver.solve(problem)
+        clock = clock or placement.report.stopped_by_clock
         clashes = placement_port_clashes(problem.snapshot, placement.assignment)
         if not clashes:
-            return placement
+            return problem, _clocked(placement, clock)
         for name, node in clashes.items():
             eligible[name] = eligible.get(name, everywhere) - {node}
         problem = replace(problem, eligible=dict(eligible))
     where = problem.snapshot.placement()  # give up moving the containers that keep clashing
     problem = replace(problem, eligible={**eligible, **{n: frozenset({where[n]}) for n in clashes}})
-    return solver.solve(problem)
+    return problem, _clocked(solver.solve(problem), clock)
+
+
+def _clocked(placement: Placement, clock: bool) -> Placement:
+    """`placement`, saying the safety net stopped its solve if it stopped an earlier round."""
+    if not clock or placement.report.stopped_by_clock:
+        return placement
+    return replace(placement, report=replace(placement.report, stopped_by_clock=True))

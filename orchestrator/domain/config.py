@@ -110,6 +110,7 @@ class _Planner(_PowerPolicy):
     migration_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
     off_epochs: Annotated[float, Field(ge=1, le=1e6)] | None = None
     traffic_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    work_limit: Annotated[float, Field(**inputs.SOLVER_WORK.pydantic())] | None = None
     time_limit_s: Annotated[float, Field(**inputs.SOLVER_SECONDS.pydantic())] | None = None
     workers: Annotated[int, Field(ge=1, le=1024)] | None = None
     relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None

@@ -118,8 +118,10 @@ POSITIVE_SECONDS = Bounds(0, SECONDS.hi, "s", lo_open=True)
 EPOCH_SECONDS = Bounds(1, 86400, "s", integer=True)
 #: how often `serve` reads the conntrack tables between epochs (0: at observations only)
 TRAFFIC_READ_SECONDS = Bounds(0, 86400, "s", integer=True)
-#: the solver's time per plan
+#: the solver's wall-clock safety net per plan
 SOLVER_SECONDS = Bounds(0.1, 3600, "s")
+#: the solver's work per plan, in CP-SAT's deterministic seconds
+SOLVER_WORK = Bounds(0.01, 3600, "deterministic s")
 #: connecting to a node, and its keepalive interval: a tenth of a second to ten minutes
 REMOTE_SECONDS = Bounds(0.1, 600, "s")
 #: how long `[migration] on_moved` may run before it is killed

@@ -82,9 +82,13 @@ class Action:
 @dataclass(frozen=True)
 class SolverReport:
     status: str
-    seconds: float
+    seconds: float  # wall clock: a measurement, the one figure that differs between runs
     objective: float
     bound: float
+    #: deterministic work done (CP-SAT's deterministic seconds), the same on every run
+    work: float = 0.0
+    #: the wall-clock safety net stopped the solve before its work limit: another run may differ
+    stopped_by_clock: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +96,8 @@ class SolverReport:
             "seconds": round(self.seconds, 4),
             "objective": round(self.objective, 4),
             "bound": round(self.bound, 4),
+            "work": round(self.work, 4),
+            "stopped_by_clock": self.stopped_by_clock,
         }
 
 

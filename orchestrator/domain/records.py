@@ -50,6 +50,8 @@ class PlanRecord(JsonRecord):
     prediction: dict[str, Any] | None = None
     #: the planner settings it was made with, by inventory key; None: not recorded
     settings: dict[str, Any] | None = None
+    #: what the planner noted on it (staging, nodes kept on, the safety net stopping its solve)
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

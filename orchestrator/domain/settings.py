@@ -61,8 +61,16 @@ class PlannerSettings:
     #: (`traffic_horizon_s`), since a pair joined keeps its saving for as long as it keeps talking
     traffic_j_per_gb: float = 100.0
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
-    time_limit_s: float = 2.0
-    workers: int | None = None        # CP-SAT search workers; None: its full portfolio of 8
+    #: the solver's work per plan, in CP-SAT's deterministic seconds (about a second of one core
+    #: each; the same count on every run): where a search stops, so the same input gives the
+    #: same plan (docs/planner.md "Determinism")
+    work_limit: float = 2.0
+    #: wall-clock seconds after which a solve stops anyway: a safety net for a starved machine;
+    #: a plan it stopped says so, as another run may then differ
+    time_limit_s: float = 10.0
+    #: CP-SAT workers for the whole model of a small cluster; more than one run CP-SAT's
+    #: interleaved portfolio, deterministic but slower here (docs/planner.md "Determinism")
+    workers: int = 1
     relative_gap: float = 0.01        # stop once the answer is proven within 1% of optimal
     #: a container that moved within the forecast window does not move again unless the cap
     #: forces it

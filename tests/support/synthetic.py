@@ -161,6 +161,21 @@ def random_problem(
     )
 
 
+def inventory_toml(inv: Inventory) -> str:
+    """The inventory as the TOML an operator would write (only what the planner reads), for
+    `peakpack plan --inventory` on a synthetic cluster."""
+    c = inv.cluster
+    lines = ["[cluster]", f'name = "{c.name}"', f"cap = {c.cap}", f"memory_cap = {c.memory_cap}"]
+    for i, n in enumerate(inv.nodes):  # synthetic addresses may collide: number them
+        lines += [
+            "", "[[nodes]]", f'name = "{n.name}"', f'address = "10.0.{i // 250}.{i % 250 + 1}"',
+            f"cpus = {int(n.cpus)}", f"memory_mb = {n.memory_mb}", f'role = "{n.role.value}"',
+            f"power_managed = {str(n.power_managed).lower()}",
+            "[nodes.power]", f"curve_w = {[round(w, 3) for w in n.power.watts]}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def tiny_problem(seed: int, containers: int = 5) -> PlacementProblem:
     """Three unlike nodes (one off), a few containers with devils and a group: small enough to
     enumerate every placement, so tests can compare with the brute-force optimum."""

@@ -9,7 +9,12 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+from peakpack.db.store import Store
+from peakpack.orchestrator.decide.solve import make_plan as plan_in_process
+from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo.toml"
@@ -72,3 +77,32 @@ def test_an_expired_plan_is_refused_and_a_bad_ttl_names_its_key(tmp_path: Path) 
     inventory.write_text(DEMO.read_text() + "\n[review]\nplan_ttl_seconds = -5\n")
     refused(run("plan", "--inventory", str(inventory), "--snapshot", str(SNAPSHOT), db=db, check=False),
             "review.plan_ttl_seconds")
+
+
+def test_show_explains_the_stored_plan_without_solving_again(tmp_path: Path) -> None:
+    db = tmp_path / "pp.db"
+    made = json.loads(run("plan", "--inventory", str(DEMO), "--snapshot", str(SNAPSHOT), "--explain", "db-1",
+                          "--json", db=db).stdout)
+    other = make_plan(db)  # ffd: another plan, stored after it, that moves db-1 elsewhere or not at all
+    why = made["explanation"]["db-1"]
+    assert why.startswith("moves ")
+    shown = json.loads(run("plan", "show", str(made["plan_id"]), "--explain", "db-1", "--json", db=db).stdout)
+    assert shown["explanation"] == {"db-1": why} and shown["plan_id"] == made["plan_id"]
+    assert json.loads(run("plan", "show", str(other["plan_id"]), "--explain", "db-1", "--json",
+                          db=db).stdout)["explanation"]["db-1"] != why
+    assert f"db-1: {why}" in run("plan", "show", str(made["plan_id"]), "--explain", "db-1", db=db).stdout
+    assert len(json.loads(run("history", "plans", "--json", db=db).stdout)) == 2  # nothing was planned again
+    refused(run("plan", "show", str(made["plan_id"]), "--explain", "nope", db=db, check=False),
+            f"--explain: plan {made['plan_id']} has no container 'nope'")
+
+
+def test_show_prints_the_notes_and_refuses_to_explain_a_plan_stored_without_explanations(tmp_path: Path) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    note = "the wall-clock safety net (2 s) stopped the solver before its work limit (2 deterministic s)"
+    old = replace(plan_in_process(inv, snap), explanations={}, notes=(note,))
+    with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
+        pid = store.plans.save(old, inventory="demo", snapshot=snap)
+    assert f"note: {note}" in run("plan", "show", str(pid), db=tmp_path / "pp.db").stdout
+    refused(run("plan", "show", str(pid), "--explain", "db-1", db=tmp_path / "pp.db", check=False),
+            f"--explain: plan {pid} was stored without explanations")

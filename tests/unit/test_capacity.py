@@ -7,9 +7,12 @@ in floats, so the at-cap load needs the shared epsilon) and 2000 MB x 0.95 = 190
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
+from peakpack.orchestrator.decide.planner.budget import Budget
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.cpsat import solve_nodes
 from peakpack.orchestrator.decide.planner.heuristic import start
@@ -147,7 +150,7 @@ def test_heuristic(resource: str, where: str, dst_on: bool) -> None:
 @pytest.mark.parametrize("resource, where", CASES)
 def test_cpsat(resource: str, where: str) -> None:
     pack = Packing(Instance.build(problem(resource, where)))
-    res = solve_nodes(pack, [SRC, DST], time_limit_s=5.0)
+    res = solve_nodes(pack, [SRC, DST], budget=Budget(limit=5.0, deadline=math.inf), work=5.0)
     if where == "at":
         assert res is not None and res.assign == {0: DST}
     else:  # dst is c's only node and it does not fit there

@@ -36,7 +36,7 @@ def test_plan_json_shape_and_history(tmp_path: Path) -> None:
     for side in ("before", "after"):
         assert set(plan[side]) == {"nodes_on", "power_w", "max_cpu_util"}
         assert 0 <= plan[side]["max_cpu_util"] <= 1
-    assert set(plan["solver"]) == {"status", "seconds", "objective", "bound"}
+    assert set(plan["solver"]) == {"status", "seconds", "objective", "bound", "work", "stopped_by_clock"}
     assert plan["solver"]["bound"] <= plan["solver"]["objective"] + 1e-6
     # the demo's workers are spread thinly: the plan consolidates and switches nodes off
     assert plan["after"]["nodes_on"] < plan["before"]["nodes_on"]

@@ -15,6 +15,8 @@ import pytest
 from peakpack.migrate import spec
 from peakpack.migrate.runc_conf import handles_tcp
 from peakpack.migrate.transaction import MIN_CRIU, criu_version
+from peakpack.orchestrator.decide import solve as solve_module
+from peakpack.orchestrator.decide.planner.problem import Placement
 from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import (
@@ -26,6 +28,7 @@ from peakpack.orchestrator.domain.model import (
     NodeState,
     PowerCurve,
 )
+from peakpack.orchestrator.domain.plan import SolverReport
 
 SERVICE: dict[str, Any] = {
     "Id": "0123456789abcdef0123", "Name": "/web", "Image": "sha256:feed",
@@ -242,6 +245,33 @@ def test_a_published_port_keeps_containers_off_nodes_where_it_is_taken() -> None
     plan = make_plan(inv, snap, time_limit_s=2)
     final = snap.placement() | {a.container: a.target for a in plan.migrations}
     assert final["web1"] != final["web2"] and placement_port_clashes(snap, final) == {}
+    # the one left behind is explained by the problem solved last, where the clash took node-3 from it
+    stayer = next(w for w in ("web1", "web2") if final[w] == snap.placement()[w])
+    assert plan.explanations[stayer] == f"stays on {final[stayer]}: it may run on no other node"
+
+
+def test_a_round_the_safety_net_cut_marks_the_plan_even_when_the_last_round_was_not_cut(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round that clashed decided what the next may use: if the safety net cut it, another
+    run may differ, so the plan says so."""
+    inv, snap = cluster(Container("web1", "node-1", 0.3, 64, ports=("8080/tcp",)),
+                        Container("web2", "node-2", 0.3, 64, ports=("8080/tcp",)),
+                        Container("c", "node-3", 0.3, 64))
+    rounds = [({"web1": "node-3", "web2": "node-3", "c": "node-3"}, True),  # a clash, cut by the clock
+              ({"web1": "node-3", "web2": "node-2", "c": "node-3"}, False)]
+
+    class Scripted:
+        name = "peakpack"
+
+        def solve(self, problem: Any) -> Placement:
+            assignment, clock = rounds.pop(0)
+            return Placement(assignment, frozenset(assignment.values()),
+                             SolverReport("FEASIBLE", 0.0, 0.0, 0.0, stopped_by_clock=clock))
+
+    monkeypatch.setattr(solve_module, "get_policy", lambda name, **_: Scripted())
+    plan = make_plan(inv, snap)
+    assert not rounds and plan.solver.stopped_by_clock
+    assert any("wall-clock safety net" in note for note in plan.notes)
 
 
 def test_targets_preflight_would_refuse_are_never_planned() -> None:

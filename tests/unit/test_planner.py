@@ -6,9 +6,11 @@ import math
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
+from peakpack.orchestrator.decide.planner.budget import Budget
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.heuristic import repair, start
 from peakpack.orchestrator.decide.planner.instance import Instance
@@ -167,8 +169,8 @@ def test_never_worse_than_doing_nothing_and_never_over_the_cap(seed: int) -> Non
 
 
 def test_search_starts_from_the_current_placement() -> None:
-    """With no time at all the answer is the repaired, consolidated current placement."""
-    problem = random_problem(400, 100, seed=4, time_limit_s=0.0)
+    """With no work at all the answer is the repaired, consolidated current placement."""
+    problem = random_problem(400, 100, seed=4, work_limit=0.0)
     inst = Instance.build(problem)
     first = Packing(inst)
     start(first)
@@ -178,17 +180,36 @@ def test_search_starts_from_the_current_placement() -> None:
     assert moved == int((first.assign != inst.orig).sum())
 
 
-def test_local_search_stops_at_its_deadline_and_only_improves() -> None:
+def test_local_search_stops_when_its_work_is_spent_and_only_improves() -> None:
     problem = random_problem(500, 120, seed=2)
     pack = Packing(Instance.build(problem))
     start(pack)
     begin = pack.objective()
-    late = local_search(pack, time.perf_counter() - 1, SearchOptions().resolved(), 0, begin, 0.0)
-    assert late.neighbourhoods == 0
-    outcome = local_search(pack, time.perf_counter() + 3, SearchOptions(patience=5).resolved(), 0, begin, 0.0)
-    assert outcome.neighbourhoods >= 1
+    opts = SearchOptions(patience=1000).resolved()  # only the work (the bound is 0) stops it
+    budget = Budget(limit=0.12, deadline=math.inf)
+    outcome = local_search(pack, budget, opts, 0, begin, 0.0)
+    assert outcome.neighbourhoods >= 3  # each solve does at most 0.05, the last what is left
+    assert budget.exhausted and budget.spent < 0.12 + 0.01 and not budget.clock_stopped
     assert pack.objective() <= begin + 1e-9
     assert not pack.over_cap().any()
+
+
+def test_the_safety_net_stops_a_search_and_says_so() -> None:
+    problem = random_problem(500, 120, seed=2)
+    pack = Packing(Instance.build(problem))
+    start(pack)
+    late = Budget(limit=10.0, deadline=time.perf_counter() - 1)
+    outcome = local_search(pack, late, SearchOptions().resolved(), 0, pack.objective(), 0.0)
+    assert outcome.neighbourhoods == 0 and late.clock_stopped
+    no_time = replace(problem, time_limit_s=0.0)
+    at_once = solve(no_time)
+    assert at_once.report.stopped_by_clock and at_once.report.work == 0.0
+    plan = build_plan(no_time, at_once, "peakpack")
+    assert plan.solver.stopped_by_clock and plan.to_json()["solver"]["stopped_by_clock"] is True
+    assert any("wall-clock safety net (0 s) stopped the solver" in n for n in plan.notes)
+    in_time = solve(problem)
+    assert not in_time.report.stopped_by_clock and in_time.report.work > 0
+    assert not any("safety net" in n for n in build_plan(problem, in_time, "peakpack").notes)
 
 
 def test_containers_that_fit_nowhere_alone_are_fitted_by_coordinated_moves() -> None:

@@ -88,13 +88,14 @@ def test_bad_planner_keys_name_the_field(tmp_path: Path, sections: str, field: s
 
 
 def test_config_show_prints_every_setting_with_its_source(tmp_path: Path) -> None:
-    path = inventory(tmp_path, "[planner]\ntime_limit_s = 1.5\n")
+    path = inventory(tmp_path, "[planner]\ntime_limit_s = 1.5\nwork_limit = 0.5\n")
     result = CliRunner().invoke(app, ["config", "show", "--inventory", str(path), "--json"])
     assert result.exit_code == 0, result.output
     settings = json.loads(result.stdout)["settings"]
     assert set(settings) == set(PlannerSettings().by_key())
     assert settings["time_limit_s"] == {"value": 1.5, "source": "inventory [planner].time_limit_s"}
-    assert settings["workers"] == {"value": None, "source": "default"}
+    assert settings["work_limit"] == {"value": 0.5, "source": "inventory [planner].work_limit"}
+    assert settings["workers"] == {"value": 1, "source": "default"}
 
 
 def test_qos_sections_override_the_defaults_key_by_key(tmp_path: Path) -> None:

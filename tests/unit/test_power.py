@@ -40,3 +40,7 @@ def test_a_wake_up_quarantined_after_planning_is_removed_without_stranding_migra
     assert adjusted.actions == ()  # the migration needed w1: moving it anywhere else is not this plan
     assert any("w1 not woken: quarantined" in n for n in adjusted.notes)
     assert any("reduced to nothing" in n for n in adjusted.notes)
+    assert plan.explanations["a"].startswith("moves w0 -> w1") or plan.explanations["b"].startswith("moves w0 -> w1")
+    assert adjusted.explanations == {  # the explanations are those of the plan that will run
+        name: "stays on w0: the plan was reduced to nothing: it needed w1, quarantined since it was made"
+        for name in ("a", "b")}

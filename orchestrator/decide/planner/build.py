@@ -47,6 +47,12 @@ class _Cluster:
         self.mem[target] += c.memory_mb
 
 
+def _clock_note(problem: PlacementProblem) -> str:
+    """What a plan says when the wall-clock safety net, not the work limit, stopped its solve."""
+    return (f"the wall-clock safety net ({problem.time_limit_s:g} s) stopped the solver before its work limit "
+            f"({problem.work_limit:g} deterministic s): another run may give another plan")
+
+
 def _validate(problem: PlacementProblem, placement: Placement, policy: str) -> None:
     """A placement that breaks power rules is a policy bug: refuse it by name."""
     inv, snap = problem.inventory, problem.snapshot
@@ -190,6 +196,8 @@ def build_plan(problem: PlacementProblem, placement: Placement, policy_name: str
         score = evaluate(problem, final_node, powered).total + extra
         report = replace(report, objective=score)
         notes.append("the plan differs from the placement; the objective is the plan's")
+    if report.stopped_by_clock:
+        notes.append(_clock_note(problem))
     plan = Plan(
         policy=policy_name,
         actions=tuple(actions),

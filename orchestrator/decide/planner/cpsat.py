@@ -33,6 +33,7 @@ import numpy as np
 
 from ...domain.capacity import integer_units
 from .bounds import curve_points, devil_pairs, lower_hull
+from .budget import Budget
 from .instance import Instance
 from .packing import Packing
 
@@ -97,19 +98,24 @@ def solve_nodes(
     pack: Packing,
     nodes: list[int],
     *,
-    time_limit_s: float,
+    budget: Budget,
+    work: float,
     workers: int = 1,
     relative_gap: float = 0.0,
     seed: int = 0,
-    deterministic_limit: float | None = None,
     presolve: bool = True,
+    lp_level: int | None = None,
 ) -> SubResult | None:
     """Re-place the containers now on `nodes` among `nodes`, optimally within the limits.
 
     Returns None when CP-SAT finds no solution in time. The incumbent is the hint. Presolve
     pays on the whole model but costs more than it saves on LNS neighbourhoods (measured 2x).
-    CP-SAT stops once its answer is proven within `relative_gap` of the optimum; the status is
-    OPTIMAL only when the answer meets its bound.
+    CP-SAT stops once its answer is proven within `relative_gap` of the optimum (the status is
+    OPTIMAL only when the answer meets its bound) or after `work` deterministic seconds (at most
+    what `budget` has left), which it spends from `budget`; the wall clock only as the budget's
+    safety net. One worker searches deterministically; more run CP-SAT's interleaved search,
+    its only deterministic parallel mode. `lp_level`: CP-SAT's linearization level (None: its
+    default).
     """
     inst = pack.inst
     w = inst.problem.weights
@@ -208,15 +214,21 @@ def solve_nodes(
             m.Add(load[a] >= load[b])
     m.Minimize(sum(coef * v for v, coef in terms) + round(const))
 
+    limit = min(work, budget.left)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit_s, 0.001)
+    solver.parameters.max_deterministic_time = limit
+    solver.parameters.max_time_in_seconds = max(budget.seconds_left(), 0.001)
     solver.parameters.num_workers = workers
+    solver.parameters.interleave_search = workers > 1
     solver.parameters.random_seed = seed
     solver.parameters.cp_model_presolve = presolve
     solver.parameters.relative_gap_limit = relative_gap
-    if deterministic_limit is not None:
-        solver.parameters.max_deterministic_time = deterministic_limit
+    if lp_level is not None:
+        solver.parameters.linearization_level = lp_level
     status = solver.Solve(m)
+    done = solver.response_proto.deterministic_time
+    # unproven and short of its work: only the wall clock stops CP-SAT there
+    budget.spend(done, clock_stopped=status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and done < limit)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     assign = {c: next(n for n, v in x[c].items() if solver.Value(v)) for c in conts}

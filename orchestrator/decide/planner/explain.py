@@ -97,6 +97,12 @@ def explain(problem: PlacementProblem, plan: Plan) -> dict[str, str]:
     return lines
 
 
+def all_stay(snapshot: ClusterSnapshot, why: str) -> dict[str, str]:
+    """The lines of a plan a last check reduced to nothing (`power/policy.adjust_plan`): every
+    container stays where it is, for `why`."""
+    return {c.name: f"stays on {c.node}: {why}" for c in snapshot.containers}
+
+
 def _stays_apart(problem: PlacementProblem, c: Container, after: Mapping[str, str], rate: float,
                  partner: str) -> str:
     """Why c stays apart from the container it talks to most: joining it would not fit, or its

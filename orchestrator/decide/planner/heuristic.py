@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from .budget import Budget
 from .graph import flat_ranges, sorted_unique, stable_order
 from .instance import TINY
 from .packing import Packing
@@ -389,13 +389,13 @@ DEFER_RATIO = 2.0
 BAND_PAIRS = 256
 
 
-def join(pack: Packing, deadline: float = math.inf, worth: float = 1.0) -> int:
+def join(pack: Packing, budget: Budget | None = None, worth: float = 1.0) -> int:
     """Join split pairs, heaviest first, within the budget: move one end onto the other's node
     (where it fits, or by a swap with one of that node's containers), or both onto a third node
     with room for the two, whichever lowers the objective most (a join is kept only if the
     objective falls). Only pairs that weigh more than `worth` times moving their cheaper end are
-    tried; lighter ones rarely pay alone (LNS may still join them with others). Stops at
-    `deadline` (time.perf_counter).
+    tried; lighter ones rarely pay alone (LNS may still join them with others). Runs to its end
+    unless the `budget`'s safety net stops it (its work is CP-SAT's only).
 
     In rounds, heaviest pair first: the pairs are priced a band at a time (`join_offers`, all
     of a band at once, when a round reaches the first without an offer: those down to
@@ -431,7 +431,7 @@ def join(pack: Packing, deadline: float = math.inf, worth: float = 1.0) -> int:
         later: list[int] = []
         rest = np.zeros(0, dtype=np.int64)
         for i, k in enumerate(pending.tolist()):
-            if time.perf_counter() >= deadline:
+            if budget is not None and budget.late():
                 return moved
             if later and weight[k] * DEFER_RATIO < weight[later[0]]:
                 rest = pending[i:]  # after the heavier pairs that wait, with the offers they have
@@ -709,17 +709,18 @@ def homecoming(pack: Packing) -> int:
 FIRST_JOIN_WORTH = 2.0
 
 
-def start(pack: Packing, deadline: float = math.inf) -> None:
+def start(pack: Packing, budget: Budget | None = None) -> None:
     """The search's starting point: repair, join, consolidate, untangle, join, homecoming.
     Repair is not held to the migration budget (the cap comes first); what it spends counts
     against it. Pairs are joined before draining, while nodes still have room (a drain then
     prices the pairs it would split): the heavy ones (`FIRST_JOIN_WORTH`); and once more after,
-    all that may pay, for what the drains made possible; joining stops at `deadline`."""
+    all that may pay, for what the drains made possible; only the `budget`'s safety net stops
+    joining early."""
     repair(pack)
     if pack.migration_limit is not None:
         pack.migration_limit = max(pack.migration_limit, pack.migrations())
-    join(pack, deadline, FIRST_JOIN_WORTH)
+    join(pack, budget, FIRST_JOIN_WORTH)
     consolidate(pack)
     untangle(pack)
-    join(pack, deadline)
+    join(pack, budget)
     homecoming(pack)

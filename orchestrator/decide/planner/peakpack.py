@@ -4,7 +4,9 @@ solve(): repair the current placement and drain what pays (heuristic), improve i
 (the whole model when small, so small cases are solved to optimality; large-neighbourhood search
 otherwise), or, past what one process handles in seconds, split the nodes into pods solved in
 parallel and refine across them (`pods`). Finally, if the current placement is feasible and at
-least as good, keep it: moves must pay for themselves.
+least as good, keep it: moves must pay for themselves. The search spends the problem's
+`work_limit` (deterministic) with its `time_limit_s` as a safety net (`budget.Budget`); the
+report says how much work it did and whether the safety net stopped it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from ...domain.plan import SolverReport
 from .bounds import lower_bound
+from .budget import Budget
 from .heuristic import start
 from .instance import Instance
 from .packing import Packing
@@ -35,7 +37,7 @@ class Peakpack:
 
     def solve(self, problem: PlacementProblem) -> Placement:
         started = time.perf_counter()
-        deadline = started + problem.time_limit_s * (1 - _MARGIN)
+        budget = Budget(limit=problem.work_limit, deadline=started + problem.time_limit_s * (1 - _MARGIN))
         opts = self.search.resolved()
         inst = Instance.build(problem)
         bound = lower_bound(inst)
@@ -43,11 +45,11 @@ class Peakpack:
         current_ok = not infeasible_nodes(current).any()
         if int(inst.usable.sum()) > self.pod_nodes:
             single = replace(self, search=opts, pod_nodes=inst.n_nodes + 1)  # pods are never split again
-            pack, outcome = solve_in_pods(single, self.pod_nodes, opts, inst, deadline, bound)
+            pack, outcome = solve_in_pods(single, self.pod_nodes, opts, inst, budget, bound)
         else:
             pack = current.copy()
-            start(pack, deadline)
-            outcome = improve(pack, deadline, opts, problem.seed, bound)
+            start(pack, budget)
+            outcome = improve(pack, budget, opts, problem.seed, bound)
         status = (
             "INFEASIBLE"
             if infeasible_nodes(pack).any()
@@ -63,15 +65,9 @@ class Peakpack:
         if outcome.model_bound is not None:
             best = max(answer.report.bound, min(outcome.model_bound, answer.report.objective))
             answer = _with_report(answer, bound=best)
-        return _with_report(answer, seconds=time.perf_counter() - started)
+        return _with_report(answer, seconds=time.perf_counter() - started, work=budget.spent,
+                            stopped_by_clock=budget.clock_stopped)
 
 
-def _with_report(p: Placement, **changes: float) -> Placement:
-    r = p.report
-    report = SolverReport(
-        r.status,
-        changes.get("seconds", r.seconds),
-        r.objective,
-        changes.get("bound", r.bound),
-    )
-    return Placement(p.assignment, p.powered, report, p.cap)
+def _with_report(p: Placement, **changes: float | bool) -> Placement:
+    return replace(p, report=replace(p.report, **changes))

@@ -7,7 +7,9 @@
    pod), and a clump is dealt whole, so its pairs are solved together.
 2. Solve the pods in parallel with `concurrent.futures.ProcessPoolExecutor` (forkserver: safe
    in a threaded caller, like the controller's scheduler), each with the ordinary single-pod
-   planner and a share of the time limit.
+   planner and an equal share of the work (and of the safety net's time). Each pod's answer
+   depends on its problem only, and they are read in the pods' order, so which process
+   finishes first changes nothing.
 3. Refine across pods in this process: place what a pod could not (a container whose eligible
    nodes are all elsewhere), drain each pod's least utilised nodes into any pod's spare room,
    untangle devils and groups, join pairs, send home what need not have moved, then
@@ -18,20 +20,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 
 from ...domain.model import ClusterSnapshot, Inventory
+from ...domain.plan import SolverReport
+from .budget import Budget
 from .heuristic import consolidate, homecoming, join, repair, untangle
 from .instance import Instance
 from .packing import Packing
 from .problem import PlacementProblem, Policy
 from .search import Outcome, SearchOptions, improve
 
-#: Share of the remaining time the pods get; the rest is for refining across them.
+#: Share of the remaining work (and time) the pods get; the rest is for refining across them.
 POD_SHARE = 0.6
 #: Share of each pod's powered nodes, the least utilised, that refinement tries to drain.
 REFINE_SHARE = 0.15
@@ -123,9 +126,10 @@ def clumps(inst: Instance, order: np.ndarray, most: int) -> list[list[int]]:
 
 
 def subproblem(
-    problem: PlacementProblem, inst: Instance, pod: np.ndarray, time_limit_s: float
+    problem: PlacementProblem, inst: Instance, pod: np.ndarray, time_limit_s: float, work_limit: float
 ) -> PlacementProblem:
-    """The pod as a problem of its own: its nodes, the containers on them, eligibility within."""
+    """The pod as a problem of its own: its nodes, the containers on them, eligibility within,
+    and its share of the work and time."""
     names = {inst.node_names[n] for n in pod.tolist()}
     inv = problem.inventory
     snap = problem.snapshot
@@ -145,6 +149,7 @@ def subproblem(
         ),
         eligible=eligible,
         time_limit_s=time_limit_s,
+        work_limit=work_limit,
         cap=problem.cpu_cap,
         traffic=traffic,
     )
@@ -152,22 +157,24 @@ def subproblem(
 
 def _solve_pod(
     policy: Policy, problem: PlacementProblem
-) -> tuple[dict[str, str], frozenset[str]]:
+) -> tuple[dict[str, str], frozenset[str], SolverReport]:
     placement = policy.solve(problem)
-    return dict(placement.assignment), placement.powered
+    return dict(placement.assignment), placement.powered, placement.report
 
 
 def solve_in_pods(
-    single: Policy, pod_nodes: int, search: SearchOptions, inst: Instance, deadline: float, bound: float
+    single: Policy, pod_nodes: int, search: SearchOptions, inst: Instance, budget: Budget, bound: float
 ) -> tuple[Packing, Outcome]:
     """Pods in parallel, then refinement across them (see the module docstring). `single` solves
-    one pod (a picklable policy that never splits again); `pod_nodes` is a pod's size."""
+    one pod (a picklable policy that never splits again); `pod_nodes` is a pod's size. The pods'
+    work is spent from `budget`, and their safety nets fire into it."""
     problem = inst.problem
     pods = partition(inst, pod_nodes)
     workers = max(1, min(os.cpu_count() or 1, len(pods)))  # one process per core
-    rounds = -(-len(pods) // workers)
-    share = max(deadline - time.perf_counter(), 0.0) * POD_SHARE / rounds
-    subs = [subproblem(problem, inst, pod, share) for pod in pods]
+    rounds = -(-len(pods) // workers)  # the processes' turns: only the safety net's share counts them
+    seconds = budget.seconds_left() * POD_SHARE / rounds
+    work = budget.left * POD_SHARE / len(pods)
+    subs = [subproblem(problem, inst, pod, seconds, work) for pod in pods]
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         answers = list(pool.map(_solve_pod, [single] * len(subs), subs))
@@ -175,7 +182,8 @@ def solve_in_pods(
     assign = inst.orig.copy()
     on = inst.initially_on.copy()
     position = {name: i for i, name in enumerate(inst.names)}
-    for pod, (assignment, powered) in zip(pods, answers):
+    for pod, (assignment, powered, report) in zip(pods, answers):
+        budget.spend(report.work, clock_stopped=report.stopped_by_clock)
         for name, node in assignment.items():
             assign[position[name]] = index[node]
         for n in pod.tolist():
@@ -184,9 +192,9 @@ def solve_in_pods(
     repair(pack)
     consolidate(pack, candidates=_least_utilised(pack, pods))
     untangle(pack)
-    join(pack, deadline)
+    join(pack, budget)
     homecoming(pack)
-    return pack, improve(pack, deadline, search, problem.seed, bound)
+    return pack, improve(pack, budget, search, problem.seed, bound)
 
 
 def _least_utilised(pack: Packing, pods: list[np.ndarray]) -> np.ndarray:

@@ -62,7 +62,10 @@ class PlacementProblem:
     inventory: Inventory
     snapshot: ClusterSnapshot
     weights: Weights = field(default_factory=Weights)
+    #: wall-clock seconds: only a safety net for a starved machine (`budget.Budget`)
     time_limit_s: float = 10.0
+    #: the work a policy may spend, in CP-SAT's deterministic seconds: where its search stops
+    work_limit: float = PlannerSettings.work_limit
     eligible: Mapping[str, frozenset[str]] = field(default_factory=dict)
     cap: float | None = None
     seed: int = 0
@@ -100,7 +103,8 @@ class Placement:
 
 
 class Policy(Protocol):
-    """A placement strategy. Pure: no I/O, no clock besides its own time limit."""
+    """A placement strategy. Pure: no I/O; the same problem gives the same answer (the clock
+    only as its time limit's safety net, which its report says when it fired)."""
 
     name: str
 

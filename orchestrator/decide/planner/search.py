@@ -6,21 +6,20 @@ or a group is split; the two nodes of a split pair of talking containers, drawn 
 random ones), let CP-SAT re-place their containers exactly, and keep the
 answer only if the true objective (`Packing.local_objective`, i.e. `objective.evaluate`'s terms)
 falls. The whole model stops once CP-SAT proves its answer within `target_gap` of the optimum;
-LNS stops at the time limit, when within `target_gap` of the lower bound, or after
+LNS stops when its work is spent, when within `target_gap` of the lower bound, or after
 `patience` neighbourhoods in a row without a gain worth `min_gain` of the objective in its
 terms other than traffic; with a container graph it does not start on a placement that is
 `settled`. Both rules leave the trade of moves for traffic to `heuristic.join`: a neighbourhood
 that cuts traffic is kept, but does not make the search go on (at 1,000 containers such gains
 kept LNS running to its time limit, 4x the graph-blind solve, for 0.1% of the objective:
-docs/planner.md). Sub-solves
-are bounded by CP-SAT's deterministic time, so a run is repeatable for a given seed unless the
-wall-clock limit binds.
+docs/planner.md). Every CP-SAT solve spends deterministic work from the search's `Budget`, and
+the search stops when that is spent, so a run repeats for a given seed; the wall clock only
+stops it as the budget's safety net, and the answer then says so.
 """
 
 from __future__ import annotations
 
 import random
-import time
 from collections import deque
 from dataclasses import dataclass, replace
 
@@ -28,22 +27,23 @@ import numpy as np
 
 from ...domain.settings import PlannerSettings
 from .bounds import power_contention_bound
+from .budget import Budget
 from .cpsat import SubResult, solve_nodes
 from .instance import TINY, Instance
 from .objective import Objective, evaluate
 from .packing import Packing
 
-#: CP-SAT's full portfolio, whatever the cores: with 8 workers it runs its LP-based bound
-#: workers, which prove the demo within 1% in 0.2-0.5 s; 2 workers (this machine's cores) need
-#: about 2 s (bench/plan_scale.py). Only the whole-model solve of a small cluster uses them.
-PORTFOLIO_WORKERS = 8
+#: CP-SAT's linearization level for the whole model with one worker: its strongest LP relaxation,
+#: which proves the demo within 1% after 0.19 deterministic s (the default level: 1.03; the old
+#: 8-worker portfolio, not deterministic: 0.1-0.3 on 8 threads; docs/planner.md "Determinism")
+WHOLE_LP_LEVEL = 2
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the search; the defaults are what the bench and the simulator run."""
 
-    #: CP-SAT workers for the whole model (None: `PORTFOLIO_WORKERS`)
+    #: CP-SAT workers for the whole model (None: `PlannerSettings`' default, one)
     workers: int | None = None
     exact_limit: int = 2500  # solve the whole model at once up to this many x[c,n] variables
     neighbourhood_nodes: int = 6
@@ -52,14 +52,14 @@ class SearchOptions:
     min_gain: float = 1e-4  # a gain (in terms but traffic) below this share of the objective: patience goes on
     #: stop once proven within this share of the optimum (None: `PlannerSettings`' default)
     target_gap: float | None = None
-    sub_deterministic_s: float = 0.05
+    sub_deterministic_s: float = 0.05  # work of one LNS neighbourhood's solve (unstick: 10x)
 
     def resolved(self) -> SearchOptions:
         """Concrete knobs: the values given (`make_plan` passes `PlannerSettings`' workers and
-        relative gap), else CP-SAT's full portfolio and the settings' default gap."""
+        relative gap), else the settings' defaults."""
         return replace(
             self,
-            workers=self.workers or PORTFOLIO_WORKERS,
+            workers=self.workers or PlannerSettings.workers,
             target_gap=PlannerSettings.relative_gap if self.target_gap is None else self.target_gap,
         )
 
@@ -104,17 +104,19 @@ def infeasible_nodes(pack: Packing) -> np.ndarray:
     return bad
 
 
-def solve_whole(pack: Packing, deadline: float, opts: SearchOptions, seed: int) -> Outcome:
-    """One CP-SAT model over every usable node, hinted with `pack`."""
+def solve_whole(pack: Packing, budget: Budget, opts: SearchOptions, seed: int) -> Outcome:
+    """One CP-SAT model over every usable node, hinted with `pack`, with all the work left."""
     inst = pack.inst
     nodes = np.flatnonzero(inst.usable).tolist()
     res = solve_nodes(
         pack,
         nodes,
-        time_limit_s=max(deadline - time.perf_counter(), 0.01),
+        budget=budget,
+        work=budget.left,
         workers=opts.workers,
         relative_gap=opts.target_gap,
         seed=seed,
+        lp_level=WHOLE_LP_LEVEL if opts.workers == 1 else None,
     )
     if res is None:
         return Outcome()
@@ -122,13 +124,13 @@ def solve_whole(pack: Packing, deadline: float, opts: SearchOptions, seed: int) 
     return Outcome(optimal=res.status == "OPTIMAL", model_bound=res.bound_w)
 
 
-def unstick(pack: Packing, deadline: float, opts: SearchOptions, seed: int) -> None:
+def unstick(pack: Packing, budget: Budget, opts: SearchOptions, seed: int) -> None:
     """For each infeasible node, let CP-SAT re-place its containers together with those of the
     nodes with the most room (and the most efficient nodes that are off): what single moves
     could not fix, a few coordinated ones often can."""
     inst = pack.inst
     for n in np.flatnonzero(infeasible_nodes(pack)).tolist():
-        if time.perf_counter() >= deadline:
+        if budget.exhausted or budget.late():
             return
         bad = infeasible_nodes(pack)
         if not bad[n]:
@@ -140,13 +142,7 @@ def unstick(pack: Packing, deadline: float, opts: SearchOptions, seed: int) -> N
         room = room[np.argsort(pack.load[room] - inst.cpu_cap[room], kind="stable")]
         off = [m for m in inst.efficiency_order.tolist() if not pack.on[m] and allowed[m]]
         nodes = [n, *off[:2], *room.tolist()][: 2 * opts.neighbourhood_nodes]
-        res = solve_nodes(
-            pack,
-            nodes,
-            time_limit_s=max(deadline - time.perf_counter(), 0.01),
-            seed=seed,
-            deterministic_limit=10 * opts.sub_deterministic_s,
-        )
+        res = solve_nodes(pack, nodes, budget=budget, work=10 * opts.sub_deterministic_s, seed=seed)
         if res is not None:
             apply_if_better(pack, nodes, res, force=True)
 
@@ -270,19 +266,19 @@ class Neighbourhoods:
 
 def local_search(
     pack: Packing,
-    deadline: float,
+    budget: Budget,
     opts: SearchOptions,
     seed: int,
     objective: float,
     bound: float,
 ) -> Outcome:
-    """LNS from `pack` (its true objective is `objective`) until a stopping rule fires."""
+    """LNS from `pack` (its true objective is `objective`) until a stopping rule fires: patience,
+    the gap to `bound`, the budget's work, or its safety net."""
     outcome = Outcome()
     hoods = Neighbourhoods(pack, infeasible_nodes(pack), opts, seed)
     stale = 0
     while stale < opts.patience and objective > bound * (1 + opts.target_gap):
-        left = deadline - time.perf_counter()
-        if left <= 0.005:
+        if budget.exhausted or budget.late():
             break
         nodes = hoods.next()
         if not nodes:
@@ -292,9 +288,9 @@ def local_search(
         res = solve_nodes(
             pack,
             nodes,
-            time_limit_s=left,
+            budget=budget,
+            work=opts.sub_deterministic_s,
             seed=seed + outcome.neighbourhoods,
-            deterministic_limit=opts.sub_deterministic_s,
             presolve=False,
         )
         outcome.neighbourhoods += 1
@@ -309,17 +305,17 @@ def local_search(
 
 
 def improve(
-    pack: Packing, deadline: float, opts: SearchOptions, seed: int, bound: float
+    pack: Packing, budget: Budget, opts: SearchOptions, seed: int, bound: float
 ) -> Outcome:
     """The whole model if small enough, else fix what is infeasible and run LNS (with a
     container graph, only if the placement is not `settled`); in place."""
     if x_variables(pack) <= opts.exact_limit:
-        return solve_whole(pack, deadline, opts, seed)
-    unstick(pack, deadline, opts, seed)
+        return solve_whole(pack, budget, opts, seed)
+    unstick(pack, budget, opts, seed)
     scored = evaluate(pack.inst.problem, *pack.mapping())
     if pack.inst.graph.edges and settled(pack.inst, scored, opts.target_gap):
         return Outcome()
-    return local_search(pack, deadline, opts, seed, scored.total, bound)
+    return local_search(pack, budget, opts, seed, scored.total, bound)
 
 
 def settled(inst: Instance, scored: Objective, gap: float) -> bool:

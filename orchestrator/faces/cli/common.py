@@ -80,7 +80,8 @@ SinceOpt = Annotated[
 TimeLimitOpt = Annotated[
     Optional[float],
     typer.Option("--time-limit", callback=bounded(inputs.SOLVER_SECONDS),
-                 help="Solver seconds; default: the inventory's \\[planner].time_limit_s."),
+                 help="Wall-clock safety net of the solver, in seconds (its work limit decides where it "
+                 "stops); default: the inventory's \\[planner].time_limit_s."),
 ]
 ContainerArg = Annotated[str, typer.Argument(metavar="CONTAINER", callback=checked(inputs.container_name))]
 NodeArg = Annotated[str, typer.Argument(metavar="NODE", callback=checked(inputs.node_name))]

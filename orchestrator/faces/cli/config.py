@@ -16,7 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="The planner's effective settings (inventory \\[planner]).")
 
 #: what a None means, for the table (the JSON keeps null)
-UNSET = {"workers": "CP-SAT's full portfolio (8)", "boot_power_w": "each node's max_w",
+UNSET = {"boot_power_w": "each node's max_w",
          "forecast.quantile": "none: mean + k_std x std"}
 
 

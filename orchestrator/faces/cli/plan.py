@@ -91,9 +91,12 @@ def print_plan(plan: Plan, snapshot: ClusterSnapshot, wide: bool = False) -> Non
     out.print(summary)
     s = plan.solver
     out.print(
-        f"solver: {s.status} in {s.seconds:.2f}s, objective {s.objective:.1f} W, "
-        f"bound {s.bound:.1f} W"
+        f"solver: {s.status} in {s.seconds:.2f}s after {s.work:.2f} deterministic s of work, "
+        f"objective {s.objective:.1f} W, bound {s.bound:.1f} W"
     )
+    if s.stopped_by_clock:
+        out.print("solver: stopped by its wall-clock safety net (`--time-limit`) before its work limit "
+                  "([planner] work_limit): another run may give another plan", markup=False, highlight=False)
 
 
 def immovable_rows(snapshot: ClusterSnapshot) -> list[dict[str, str]]:
@@ -216,15 +219,27 @@ def show(
     plan_id: PlanIdArg,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
+    explain: Annotated[Optional[str], typer.Option(
+        "--explain", metavar="CONTAINER", callback=checked(inputs.container_name),
+        help="Also print why the stored plan moves CONTAINER or leaves it (no new solve).")] = None,
     db: DbOpt = None,
 ) -> None:
-    """Print a stored plan: its status, its actions and their journal states, its prediction."""
+    """Print a stored plan: its status, its actions and their journal states, its prediction, its
+    notes; `--explain`: the explanation stored with it."""
     with open_store(db) as store:
         store.plans.expire()
         record = store.plans.get(plan_id)
         actions = store.plans.actions(plan_id=plan_id)
+        why = store.plans.explanations(plan_id) if explain is not None else {}
+    if explain is not None and not why:
+        raise PeakpackError(f"--explain: plan {plan_id} was stored without explanations (an older peakpack); "
+                            "make a new one with `peakpack plan --explain CONTAINER`")
+    if explain is not None and explain not in why:
+        raise PeakpackError(f"--explain: plan {plan_id} has no container {explain!r}; name one of its snapshot's")
     if json_out:
-        sys.stdout.write(json.dumps({**record.to_json(), "actions": [a.to_json() for a in actions]}) + "\n")
+        sys.stdout.write(json.dumps({**record.to_json(), "actions": [a.to_json() for a in actions],
+                                     **({"explanation": {explain: why[explain]}} if explain is not None else {})})
+                         + "\n")
         return
 
     def num(p: dict | None, key: str, scale: float) -> str:
@@ -246,3 +261,7 @@ def show(
               + (f"; predicted {p['energy_saved_j'] / 1000:.1f} kJ saved over {p['horizon_s'] / 3600:g} h, "
                  f"frozen {p['frozen_ms'] / 1000:.1f} s ({p['frozen_source']})" if p else ""),
               markup=False, highlight=False)
+    for note in record.notes:
+        out.print(f"note: {note}", markup=False, highlight=False)
+    if explain is not None:
+        out.print(f"{explain}: {why[explain]}", markup=False, highlight=False)
