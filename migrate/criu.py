@@ -41,8 +41,11 @@ from .runc_conf import OURS, RUNC_CONF, blocks, handles_tcp, operator_options, w
 LOCK = "/etc/criu/peakpack.lock"
 #: what settling reads on each node and what the pages-to-the-target path runs there
 TOOLS = ("criu", "timeout", "setsid", "ss", "nsenter", "iptables", "base64", "tar", "sha256sum", "bash", "flock")
-#: the exit status of a node-side step refused because another controller's token holds the lease
+#: the exit status of a node-side step refused because another controller's newer token holds the
+#: migration's lease there, or settled it
 FENCED = 7
+#: the exit status of a node-side step refused because the migration holds no lease on the node
+NOT_HELD = 8
 
 
 def work_dir(docker_root: str, migration_id: int) -> str:
@@ -65,36 +68,55 @@ class ProcessIds:
         return not any(self.uids) and not any(self.gids)
 
 
+def lease_key(migration_id: int, nonce: str) -> str:
+    """A migration's name on its nodes' leases: its id, and a nonce of its own, so that a migration
+    of another store (ids start at 1 in each) is never taken for it."""
+    return f"{migration_id}-{nonce}"
+
+
 @dataclass(frozen=True)
 class NodeLease:
-    """A migration's lease on a node (`LOCK`): which migration holds it, in which role, with which
-    controller's fencing token, until when by the node's clock; `now` is that clock when read."""
+    """A migration's lease on a node (`LOCK`): which migration holds it (`lease_key`), in which
+    role, with which controller's fencing token, until when by the node's clock (`settled`: since
+    when it is a tombstone, the migration settled by that token); `now` is that clock when read."""
 
-    migration: int
+    key: str
     role: str
     token: int
     expires: int
     now: int
+    settled: bool = False
 
     @classmethod
     def parse(cls, text: str, now: int) -> NodeLease:
-        """"MID ROLE [TOKEN EXPIRES]" (a lock from before leases has neither: token 0, expired)."""
+        """"KEY ROLE [TOKEN EXPIRES [settled]]" (a lock from before leases has neither: token 0, expired)."""
         words = text.split()
         try:
-            return cls(int(words[0]), words[1] if len(words) > 1 else "?",
-                       int(words[2]) if len(words) > 2 else 0, int(words[3]) if len(words) > 3 else 0, now)
+            return cls(words[0], words[1] if len(words) > 1 else "?",
+                       int(words[2]) if len(words) > 2 else 0, int(words[3]) if len(words) > 3 else 0, now,
+                       settled=words[4:5] == ["settled"])
         except (IndexError, ValueError):
-            return cls(0, f"unreadable: {text[:40]!r}", 0, 0, now)
+            return cls("?", f"unreadable: {text[:40]!r}", 0, 0, now)
+
+    @property
+    def migration(self) -> int | None:
+        head = self.key.partition("-")[0]
+        return int(head) if head.isdigit() else None
 
     @property
     def stale(self) -> bool:
         """Nobody has renewed it in time: its controller died, or lost its way to the node."""
-        return self.expires <= self.now
+        return not self.settled and self.expires <= self.now
 
     def describe(self) -> str:
-        when = (f"expired {self.now - self.expires} s ago" if self.stale
-                else f"renewed, {self.expires - self.now} s left")
-        return f"migration {self.migration} {self.role}, token {self.token}, {when}"
+        if self.settled:
+            when = f"settled {self.now - self.expires} s ago"
+        elif self.stale:
+            when = f"expired {self.now - self.expires} s ago"
+        else:
+            when = f"renewed, {self.expires - self.now} s left"
+        return f"migration {self.migration if self.migration is not None else self.key} {self.role}, token " \
+               f"{self.token}, {when}"
 
 
 @dataclass(frozen=True)
@@ -216,13 +238,20 @@ def parse_facts(node: str, text: str) -> Facts:
 #: processes (every process of the pid namespace of its init, $1)
 SH_FUNCTIONS = r"""
 LOCK=/etc/criu/peakpack.lock
-# `fence`: this migration's lease on the node ($PP_MID, "MID ROLE TOKEN EXPIRES" in $LOCK) carries a
-# newer controller's token than ours ($PP_TOKEN): another controller leads, so this one's steps are
-# refused here (exit 7), whatever it believes
+# $LOCK: "MID ROLE TOKEN EXPIRES", the lease migration MID holds on this node with a controller's
+# fencing token, or "MID ROLE TOKEN AT settled" once that controller settled it. `fence`: migration
+# $PP_MID may act here only while it holds the lease, with a token no newer than ours ($PP_TOKEN);
+# a newer controller's token, or the migration settled meanwhile: exit 7 (another controller leads,
+# whatever this one believes); no lease of ours (none, or another migration's): exit 8
 fence() {
-  [ -n "${PP_MID:-}" ] && [ -s $LOCK ] || return 0
-  read -r m r t e < $LOCK || return 0
-  if [ "$m" = "$PP_MID" ] && [ "${t:-0}" -gt "${PP_TOKEN:-0}" ]; then
+  [ -n "${PP_MID:-}" ] || return 0
+  m= r= t=0 e=0 st=
+  [ -s $LOCK ] && read -r m r t e st < $LOCK
+  if [ "$m" != "$PP_MID" ]; then
+    echo "migration $PP_MID holds no lease on this node${m:+ (migration $m does)}"; exit 8
+  fi
+  if [ "$st" = settled ]; then echo "fenced: migration $m was settled here by the controller with token $t"; exit 7; fi
+  if [ "${t:-0}" -gt "${PP_TOKEN:-0}" ]; then
     echo "fenced: migration $m's lease here has token $t, newer than ours (${PP_TOKEN:-0}): another controller leads"
     exit 7
   fi
@@ -257,14 +286,13 @@ start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own 
   exit 1
 }
 cmd=$1; shift
-case $cmd in lock|unlock|write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker)
-  fence;; esac
+case $cmd in write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker) fence;; esac
 case $cmd in
 preflight)  # [PID]: this node's facts, and the processes of the container whose init is PID
   echo "now $(date +%s)"
   echo "cap_eff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
   echo "pipe_max_size $(cat /proc/sys/fs/pipe-max-size)"
-  echo "lock $(cat $LOCK 2>/dev/null)"
+  echo "lock $(grep -v ' settled$' $LOCK 2>/dev/null)"
   echo "conf $(base64 -w0 "$(conf_path)" 2>/dev/null)"
   m=""; for t in $TOOLS; do command -v $t >/dev/null 2>&1 || m="$m $t"; done; echo "missing$m"
   rss=0
@@ -274,19 +302,23 @@ preflight)  # [PID]: this node's facts, and the processes of the container whose
     rss=$((rss + $(awk '/^VmRSS:/ {print $2}' $s 2>/dev/null || echo 0)))
   done; fi
   echo "rss_kb $rss";;
-lock)  # ROLE TTL: take this migration's lease on the node, or renew it for TTL s with our token
-  # (a newer one there: fenced, exit 7); another migration's lease: exit 3 naming it
+lock)  # ROLE TTL: take this migration's lease on the node (free, or another's settled), or renew it
+  # for TTL s with our token (a newer one there, or settled: exit 7); another's active lease: exit 3
   mkdir -p "${LOCK%/*}"
   exec 9>"$LOCK.guard"; flock 9
   if [ -s $LOCK ]; then
-    read -r m r t e < $LOCK
-    [ "$m" = "$PP_MID" ] || { echo "held by migration $(cat $LOCK)"; exit 3; }
-    fence
+    read -r m r t e st < $LOCK
+    if [ "$m" = "$PP_MID" ]; then fence
+    elif [ "$st" != settled ]; then echo "held by migration $(cat $LOCK)"; exit 3; fi
   fi
   echo "$PP_MID $1 ${PP_TOKEN:-0} $(( $(date +%s) + $2 ))" > "$LOCK.new" && mv -f "$LOCK.new" $LOCK;;
-unlock)  # this migration's lease released (the migration is settled)
+unlock)  # settled: the lease becomes a tombstone naming the token that settled it, so a replaced
+  # controller that comes back finds it settled (another migration may take the node from here)
   exec 9>"$LOCK.guard"; flock 9
-  [ -s $LOCK ] && read -r m r t e < $LOCK && [ "$m" = "$PP_MID" ] && rm -f $LOCK; true;;
+  if [ -s $LOCK ] && read -r m r t e st < $LOCK && [ "$m" = "$PP_MID" ] && [ "$st" != settled ]; then
+    fence
+    echo "$PP_MID $r ${PP_TOKEN:-0} $(date +%s) settled" > "$LOCK.new" && mv -f "$LOCK.new" $LOCK
+  fi;;
 fence)  # only the check: before a step another tool takes (the Engine API)
   ;;
 abort)  # FILTER: a dump still running fails now (its sockets destroyed): CRIU resumes the source
@@ -318,7 +350,7 @@ stop)  # DIR: kill this migration's daemons (their process groups)
 checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER: dump, left stopped; at SECS, `ss -K` FILTER's sockets
   docker checkpoint create --leave-running "$1" "$2" &
   d=$!
-  setsid sh -c 'sleep "$1"; read -r m r t e < '$LOCK' && [ "$m $r" = "$2" ] || exit 0
+  setsid sh -c 'sleep "$1"; read -r m r t e st < '$LOCK' && [ "$m $r $st" = "$2 " ] || exit 0
                 ss -K -Htn "$3"; ss -K -Hltn "$3"' watchdog "$3" "$4" "$5" </dev/null >/dev/null 2>&1 &
   w=$!
   wait $d; rc=$?
@@ -357,7 +389,7 @@ facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
     lazy=cut; [ "$(cat "$dir/lazy-pages.rc" 2>/dev/null)" = 0 ] && lazy=done
   fi; echo "lazy=$lazy"
   armed=no
-  case "$(cat $LOCK 2>/dev/null)" in "$mid "*) armed=yes;; esac
+  grep -q "^${PP_MID:-$mid} .* [0-9][0-9]*$" $LOCK 2>/dev/null && armed=yes  # its lease, not yet settled
   grep -q "^# peakpack migration $mid begin" "$(conf_path)" 2>/dev/null && armed=yes
   for n in page-server lazy-pages; do ours "$dir/$n.pid" "$dir" && armed=yes; done
   echo "armed=$armed";;
@@ -375,15 +407,18 @@ class NodeCriu:
     """One node's side of one migration: its lock and runc.conf block, the CRIU daemons it starts
     there, and the facts settling reads. Every method is one or two SSH commands and idempotent."""
 
-    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0) -> None:
-        """`token`: the fencing token of the store's lease this process holds (0: none)."""
+    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0,
+                 key: str = "") -> None:
+        """`token`: the fencing token of the store's lease this process holds (0: none); `key`: the
+        migration's own name on the node's lease (`lease_key`), unique across stores."""
         self.ssh, self.node, self.mid, self.token = ssh, node, migration_id, token
+        self.key = key or str(migration_id)
         self.dir = work_dir(docker_root, migration_id)
 
     async def _exec(self, *args: str | int | float, timeout: float = 60.0, input: str | None = None) -> CommandResult:
         """One NODE_SCRIPT subcommand as this migration, under this process's token: refused on the
         node (FencedError) once another controller's newer token holds the migration's lease."""
-        argv = ["env", f"PP_MID={self.mid}", f"PP_TOKEN={self.token}", *script(*args)]
+        argv = ["env", f"PP_MID={self.key}", f"PP_TOKEN={self.token}", *script(*args)]
         res = await self.ssh.run(self.node, argv, timeout=timeout, check=False, input=input)
         if res.exit_status == FENCED:
             raise FencedError(f"node {self.node}: {res.stdout.strip()[:300]}")
@@ -404,7 +439,8 @@ class NodeCriu:
         await self.run("lock", role, round(ttl))
 
     async def unlock(self) -> None:
-        """The migration is settled: its lease on the node goes."""
+        """The migration is settled: its lease on the node becomes a tombstone naming our token (a
+        replaced controller that comes back is refused; another migration may take the node)."""
         await self.run("unlock")
 
     async def fence(self) -> None:
@@ -475,7 +511,7 @@ class NodeCriu:
     async def checkpoint(self, container: str, checkpoint: str, seconds: float, socket_filter: str) -> None:
         """`docker checkpoint create --leave-running` (runc.conf's leave-stopped keeps it stopped),
         aborted on the node at `seconds` by destroying `socket_filter`'s sockets if still running."""
-        await self.run("checkpoint", container, checkpoint, round(seconds), f"{self.mid} source", socket_filter,
+        await self.run("checkpoint", container, checkpoint, round(seconds), f"{self.key} source", socket_filter,
                        timeout=seconds + 60)
 
     async def listening(self, port: int) -> bool:

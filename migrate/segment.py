@@ -162,13 +162,15 @@ esac
 class NodeSegment:
     """One node's side of one migration's moving addresses. Every method is one SSH command."""
 
-    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0) -> None:
-        """`token`: the fencing token of the store's lease this process holds (`criu.NodeCriu`)."""
+    def __init__(self, ssh: SshPool, node: str, docker_root: str, migration_id: int, token: int = 0,
+                 key: str = "") -> None:
+        """`token` and `key`: as for `criu.NodeCriu` (the node checks this migration's lease)."""
         self.ssh, self.node, self.mid, self.token = ssh, node, migration_id, token
+        self.key = key or str(migration_id)
         self.dir = work_dir(docker_root, migration_id)
 
     async def _run(self, sub: str, pid: int, *args: str) -> str:
-        argv = ["env", f"PP_MID={self.mid}", f"PP_TOKEN={self.token}", f"ANNOUNCE_PY={ANNOUNCE_PY}",
+        argv = ["env", f"PP_MID={self.key}", f"PP_TOKEN={self.token}", f"ANNOUNCE_PY={ANNOUNCE_PY}",
                 f"UNREPAIR_PY={UNREPAIR_PY}", "sh", "-c", SCRIPT, "sh", sub, str(pid), self.dir, *args]
         res = await self.ssh.run(self.node, argv, timeout=60, check=False)
         if res.exit_status == FENCED:

@@ -31,7 +31,7 @@ from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import spec
-from .criu import Facts, LazyPages, NodeCriu
+from .criu import Facts, LazyPages, NodeCriu, lease_key
 from .hold import set_hold
 from .resolve import Copy, Decision, Images, Move, Side, decide
 from .runc_conf import tcp_lines
@@ -66,6 +66,8 @@ class MigrationFacts:
     listening: tuple[str, ...] = ()
     #: where clients reached it before the move (`moved.reached`): the hook's "before"
     before: dict[str, Any] = field(default_factory=dict)
+    #: the nonce of its name on its nodes' leases (`criu.lease_key`)
+    nonce: str = ""
 
     @property
     def keeps_connections(self) -> bool:
@@ -85,7 +87,7 @@ class MigrationFacts:
             return cls(dict(d["restart_policy"]), tuple(d["volumes"]), str(d.get("summary", "")),
                        tuple(d.get("answering", ())), str(d.get("clients", Clients.ELSEWHERE.value)),
                        tuple(dict(e) for e in d.get("moving", ())), tuple(d.get("listening", ())),
-                       dict(d.get("before") or {}))
+                       dict(d.get("before") or {}), str(d.get("nonce", "")))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -153,17 +155,23 @@ class Settler:
     def checkpoint(self) -> str:
         return checkpoint_name(self.migration_id)
 
+    @property
+    def key(self) -> str:
+        """The migration's name on its nodes' leases (journaled by an older version without a nonce:
+        its id alone)."""
+        return lease_key(self.migration_id, self.facts.nonce) if self.facts.nonce else str(self.migration_id)
+
     async def criu(self, node: str) -> NodeCriu:
         """`node`'s side of this migration (its docker root read once)."""
         if node not in self._roots:
             info = await self.engines.call(node, lambda api: api.info())
             self._roots[node] = str(info["DockerRootDir"])
-        return NodeCriu(self.ssh, node, self._roots[node], self.migration_id, self.token)
+        return NodeCriu(self.ssh, node, self._roots[node], self.migration_id, self.token, self.key)
 
     async def segment(self, node: str) -> NodeSegment:
         """`node`'s side of this migration's moving addresses."""
         await self.criu(node)
-        return NodeSegment(self.ssh, node, self._roots[node], self.migration_id, self.token)
+        return NodeSegment(self.ssh, node, self._roots[node], self.migration_id, self.token, self.key)
 
     async def checkpoint_dir(self, node: str, container_id: str) -> str:
         await self.criu(node)

@@ -28,6 +28,7 @@ before a copy runs from it.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -300,7 +301,8 @@ class Migration:
                                     answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered),
                                     clients=clients.value, moving=tuple(e.to_json() for e in self.moving),
                                     listening=tuple(a for a in listening if a in answered),
-                                    before=moved.reached(src, self.source, self._spec(self.source).address))
+                                    before=moved.reached(src, self.source, self._spec(self.source).address),
+                                    nonce=secrets.token_hex(4))
         return self.facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _segment_tools(self, node: str) -> None:
@@ -478,16 +480,21 @@ class Migration:
         return checkpoint_path(self.dst_root, self.target_id, self.mid)
 
     @property
+    def key(self) -> str:
+        """The migration's name on its nodes' leases (`criu.lease_key`)."""
+        return criu.lease_key(self.mid, self.facts.nonce)
+
+    @property
     def src_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid, self.token)
+        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid, self.token, self.key)
 
     @property
     def dst_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid, self.token)
+        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid, self.token, self.key)
 
     @property
     def src_segment(self) -> segment.NodeSegment:
-        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid, self.token)
+        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid, self.token, self.key)
 
     @property
     def _sockets(self) -> str:
@@ -593,8 +600,8 @@ class Migration:
         if self.moving:  # at once: switches and neighbours still deliver to the source
             got = await self.engines.inspect_container_or_none(self.target, self.container)
             if got is not None and got["State"]["Running"]:
-                await segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid, self.token).announce(
-                    int(got["State"]["Pid"]), self.facts.moving_addresses)
+                there = segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid, self.token, self.key)
+                await there.announce(int(got["State"]["Pid"]), self.facts.moving_addresses)
         await self.dst_criu.strip()
 
     async def verify(self) -> str:

@@ -127,14 +127,16 @@ def test_every_path_leaves_the_operators_file_as_it_was(etc: Path, conf: bytes) 
     asyncio.run(node.disarm())
     asyncio.run(node.disarm())                                # and again, after a crash mid-way
     assert (etc / "runc.conf").read_bytes() == conf
-    asyncio.run(node.unlock())                                # settled: the lease goes
-    assert not (etc / "peakpack.lock").exists()
+    asyncio.run(node.unlock())                                # settled: the lease is a tombstone
+    assert (etc / "peakpack.lock").read_text().endswith(" settled\n")
+    assert (etc / "runc.conf").read_bytes() == conf
 
 
 def test_a_symlinked_runc_conf_is_edited_where_it_points(etc: Path) -> None:
     (etc / "real.conf").write_bytes(b"tcp-close\n")
     (etc / "runc.conf").symlink_to("real.conf")
     node = NodeCriu(LocalNode(etc), "node-1", "/docker", 3)  # type: ignore[arg-type]
+    asyncio.run(node.lock("target", 60))
     asyncio.run(node.arm("target", ["images-dir /x"]))
     assert (etc / "runc.conf").is_symlink() and b"images-dir /x" in (etc / "real.conf").read_bytes()
     asyncio.run(node.disarm())
@@ -149,8 +151,9 @@ def test_the_lock_keeps_a_second_migration_out_and_only_its_holder_releases_it(e
     asyncio.run(one.lock("source", 60))  # its own lease again: renewed
     with pytest.raises(NodeError, match="held by migration 1 source"):
         asyncio.run(two.lock("target", 60))
-    asyncio.run(two.disarm())        # not its lease: left alone
-    asyncio.run(two.unlock())
+    with pytest.raises(NodeError, match="migration 2 holds no lease on this node"):
+        asyncio.run(two.disarm())    # not its lease: it does nothing here
+    asyncio.run(two.unlock())        # nor does it release another's
     assert (etc / "peakpack.lock").read_text().startswith("1 source 0 ")
     assert (etc / "runc.conf").read_bytes() == b"tcp-close\n"
 
@@ -172,8 +175,17 @@ def test_a_node_refuses_a_controller_whose_token_another_has_replaced(etc: Path)
     lease = asyncio.run(new.lease())
     assert lease is not None and (lease.migration, lease.role, lease.token, lease.stale) == (4, "source", 6, False)
     asyncio.run(new.disarm())
-    asyncio.run(new.unlock())
-    assert asyncio.run(new.lease()) is None
+    asyncio.run(new.unlock())  # settled by the new leader: the old one comes back to a tombstone
+    settled = asyncio.run(new.lease())
+    assert settled is not None and settled.settled and not settled.stale
+    for step in (old.lock("source", 60), old.resume(1), old.docker("start", "web", timeout=10)):
+        with pytest.raises(FencedError, match="was settled here by the controller with token 6"):
+            asyncio.run(step)
+    other = NodeCriu(LocalNode(etc), "node-1", "/docker", 9, token=6)  # type: ignore[arg-type]
+    with pytest.raises(NodeError, match="migration 9 holds no lease on this node"):
+        asyncio.run(other.make("dump"))  # no step of a migration without its lease
+    asyncio.run(other.lock("target", 60))  # a settled migration's node is free for the next one
+    assert (etc / "peakpack.lock").read_text().startswith("9 target 6 ")
 
 
 def test_a_lease_nobody_renewed_is_stale_and_says_so() -> None:
@@ -198,6 +210,7 @@ def test_a_write_racing_an_operators_edit_is_redone_on_the_new_content(etc: Path
             (etc / "runc.conf").write_bytes(text)  # the operator, between our read and our write
         return res
 
+    asyncio.run(node.lock("source", 60))
     local.run = edit_once_after_reading  # type: ignore[method-assign]
     asyncio.run(node.arm("source", LINES))
     assert (etc / "runc.conf").read_bytes() == with_block(b"tcp-close\nshell-job\n", 9, LINES)
