@@ -24,6 +24,7 @@ from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
 from . import moved
+from .criu import NodeCriu
 from .hold import set_hold
 from .settle import MigrationFacts, PowerProbe, Settler
 from .transaction import Migration
@@ -171,6 +172,24 @@ async def _tell(engines: EnginePool, store: Journal, inventory: Inventory, m: Mi
         raise
     except Exception as exc:  # noqa: BLE001 - settled whatever the hook's journal does
         return f"on_moved for migration {m.id}: {_describe(exc)}"
+
+
+async def stale_leases(ssh: SshPool, nodes: Sequence[str]) -> list[str]:
+    """One line per node whose migration lease nobody renews any more (its controller died or lost
+    its way, and no reconciliation has settled that migration), with its age and owner; nodes that
+    do not answer are skipped (their leases are read when they do)."""
+    async def one(node: str) -> str | None:
+        try:
+            lease = await NodeCriu(ssh, node, "", 0).lease()
+        except PeakpackError:
+            return None
+        if lease is None or not lease.stale:
+            return None
+        return (f"{node}: stale lease: {lease.describe()}: its controller stopped renewing it; `peakpack reconcile` "
+                "settles that migration when this store knows it, else remove /etc/criu/peakpack.lock there once "
+                "no checkpoint or restore runs")
+
+    return [line for line in await asyncio.gather(*(one(n) for n in nodes)) if line]
 
 
 def _journal_in_doubt(store: Journal, m: MigrationRecord, reason: str | None) -> None:

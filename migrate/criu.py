@@ -536,7 +536,10 @@ class NodeCriu:
 
     async def docker(self, *args: str, timeout: float) -> None:
         """The node's docker CLI (the SDK has no checkpoint verbs), under this migration's fence."""
-        await self.run("docker", *args, timeout=timeout)
+        res = await self._exec("docker", *args, timeout=timeout)
+        if not res.ok:
+            said = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
+            raise NodeError(self.node, f"`docker {' '.join(args)}` failed: {said[0][:300]}")
 
     async def answering(self, pid: int, addresses: Sequence[str]) -> set[str]:
         """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from the network namespace

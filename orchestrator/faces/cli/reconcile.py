@@ -1,5 +1,6 @@
 """`peakpack reconcile`: settle, by hand, what the controller would settle at its next epoch:
-unfinished or in-doubt migrations, power actions left ONGOING. Prints what it found and did."""
+unfinished or in-doubt migrations, power actions left ONGOING. Prints what it found and did, and the
+migration leases on the nodes that nobody renews any more (with their age and owner)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def reconcile(
 ) -> None:
     """Settle unfinished migrations and power actions from what the nodes show (never assumed).
     Ctrl-C or SIGTERM lets the migration being settled end, settles nothing more, and reports."""
+    from peakpack.migrate.batch import stale_leases  # lazy: start-up speed (each command loads only what it uses)
+    from peakpack.power.ipmi import power_probe
+
     from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
     from ..wiring import reconcile as settle_all  # lazy: start-up speed (each command loads only what it uses)
 
@@ -26,8 +30,10 @@ def reconcile(
                  for m in store.migrations.unfinished()]
         found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events(state="ONGOING")]
         done = settle_all(inv, store, shell, stop_requested=stop)
+        probe = power_probe(inv)  # a node its BMC says is off holds no lease anyone could renew
+        stale = shell.call(stale_leases(shell.pool, [n for n in inv.node_names if probe(n) is not False]))
     if json_out:
-        sys.stdout.write(json.dumps({"found": found, "done": done}) + "\n")
+        sys.stdout.write(json.dumps({"found": found, "done": done, "stale": stale}) + "\n")
         stop.exit_if_asked()
         return
     out.print(f"found {len(found)} unfinished: " + ("nothing to do" if not found else ""), highlight=False)
@@ -35,4 +41,6 @@ def reconcile(
         out.print(f"  {line}", markup=False, highlight=False)
     for line in done:
         out.print(f"did: {line}", markup=False, highlight=False)
+    for line in stale:
+        out.print(line, markup=False, highlight=False)
     stop.exit_if_asked()
