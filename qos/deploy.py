@@ -5,8 +5,9 @@ The guard is one file (`guard.py`, the standard library only) copied to the node
 inventory's `[qos]` and the node's declared CPUs and memory), then started the way the node starts
 services: a systemd unit `peakpack-guard.service` (restart always), or on a lab node, which has no
 systemd, a script in its boot folder (`$PEAKPACK_BOOT_DIR`) that the lab runs at every power on,
-and a detached process now. Three SSH commands per node; a running guard keeps its copy until the
-new one replaces it, and the new one carries on from the quotas it finds.
+and a detached process now. Three SSH commands per node; each file replaces the one there only once
+its sha256 matches on the node (`COPY`); a running guard keeps its copy until the new one replaces
+it, and the new one carries on from the quotas it finds.
 
 `report_argv` is the one command the controller runs at each observation to learn what the guard
 did since: its events after the last one stored, whether it runs, and which build.
@@ -33,8 +34,17 @@ GUARD_FILE = Path(__file__).with_name("guard.py")
 STATE_DIR = f'"${{PEAKPACK_QOS_DIR:-{DEFAULT_STATE_DIR}}}"'
 UNIT = "peakpack-guard.service"
 
-#: replaces a file of the guard's folder atomically with stdin ($1: its name)
-COPY = f'd={STATE_DIR}; mkdir -p "$d/holds" && cat > "$d/$1.new" && mv -f "$d/$1.new" "$d/$1"'
+#: replaces a file of the guard's folder atomically with stdin ($1: its name), only once what
+#: arrived has the sha256 it was sent with ($2): a copy cut short (a dropped connection ends `cat`
+#: as the end of its input would) never replaces a whole file with the part that arrived
+COPY = f"""d={STATE_DIR}; mkdir -p "$d/holds" && cat > "$d/$1.new" || exit 1
+if ! printf '%s  %s\\n' "$2" "$d/$1.new" | sha256sum -c --status; then
+  rm -f "$d/$1.new"
+  echo "$1 arrived incomplete or changed on the way (its sha256 is not $2): not installed; the one before stays" >&2
+  exit 1
+fi
+mv -f "$d/$1.new" "$d/$1"
+"""
 
 #: starts (or restarts) the guard as the node starts its services; prints one line saying how
 START = f"""set -e
@@ -81,9 +91,14 @@ def guard_source() -> str:
     return GUARD_FILE.read_text()
 
 
+def sha256(text: str) -> str:
+    """The sha256 of a file as it is written on the node (UTF-8), in hex, as `sha256sum` prints it."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def digest(text: str) -> str:
     """How the guard names a build of a file (its `file_digest`): 16 hex digits of its sha256."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return sha256(text)[:16]
 
 
 def guard_json(spec: NodeSpec, settings: GuardSettings) -> str:
@@ -144,7 +159,7 @@ class GuardReport:
 async def install(ssh: SshPool, spec: NodeSpec, settings: GuardSettings) -> str:
     """Copy the guard and its settings to the node and (re)start it; one line saying how."""
     node = spec.name
-    await ssh.run(node, ["sh", "-c", COPY, "sh", "guard.py"], input=guard_source(), timeout=60)
-    await ssh.run(node, ["sh", "-c", COPY, "sh", "guard.json"], input=guard_json(spec, settings), timeout=60)
+    for name, text in (("guard.py", guard_source()), ("guard.json", guard_json(spec, settings))):
+        await ssh.run(node, ["sh", "-c", COPY, "sh", name, sha256(text)], input=text, timeout=60)
     started = await ssh.run(node, ["sh", "-c", START], timeout=120)
     return (started.stdout.strip().splitlines() or ["guard: started"])[-1]

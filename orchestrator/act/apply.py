@@ -143,7 +143,7 @@ def apply_plan(store: Journal, inventory: Inventory, plan_id: int, *, partial: b
         def stop() -> bool:
             return stop_requested() or (lease is not None and lease.lost.is_set())
 
-        outcome = execute_plan(store, services, plan, plan_id, log=log, stop_requested=stop,
+        outcome = execute_plan(store, services, inventory, plan, plan_id, log=log, stop_requested=stop,
                                skip={c.index: f"apply --partial: {c.reason}" for c in review.skipped})
         return ApplyResult(plan_id, outcome.status, review, outcome.states, tuple(outcome.report.errors))
     finally:

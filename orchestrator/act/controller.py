@@ -307,7 +307,8 @@ class Controller:
             self._prune()
             return plan
         self.lease.check()
-        outcome = execute_plan(self.store, live, plan, plan_id, log=self.log, stop_requested=self._stopping)
+        outcome = execute_plan(self.store, live, self.inventory, plan, plan_id, log=self.log,
+                               stop_requested=self._stopping)
         self._record(plan, outcome.report)
         self._prune()
         return plan

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from ..decide.demand import Forecast, forecast_demand
 from ..decide.forecast import window_epochs
 from ..decide.predict import Prediction, predict
-from ..decide.qos import EVICTED, RESTART_FAILED, RESTARTED, LoweredCap, restarts
+from ..decide.qos import RESTART_FAILED, RESTARTED, LoweredCap, restarts
 from ..decide.review import inventory_digest
 from ..decide.solve import DEFAULT_POLICY, hold_unsettled, make_plan
 from ..decide.traffic import Edge, forecast_traffic
@@ -38,7 +38,7 @@ from ..domain.ports import Journal, Services
 from ..domain.settings import ForecastSettings
 from ..domain.states import ActionState, PlanStatus
 from .executor import ExecutionReport, PlanExecutor
-from .remembered import remembered
+from .remembered import guard_events, remembered, stopped_by_guards
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,8 @@ def restart_stopped(journal: Journal, services: Services, inventory: Inventory, 
     `[qos] restarts_per_hour`), each start journaled as a QoS event; one line per container."""
     now = observed.taken_at
     window = now - timedelta(seconds=inventory.planner.forecast.window_seconds)
-    events = journal.qos.events(since=window, kinds=(EVICTED, RESTARTED, RESTART_FAILED))
     lines = []
-    for r in restarts(events, observed, inventory, journal.demand.history(since=window),
+    for r in restarts(guard_events(journal, inventory, now), observed, inventory, journal.demand.history(since=window),
                       inventory.qos.restarts_per_hour, now):
         if not r.now:
             lines.append(f"{r.container} stays stopped: {r.why}")
@@ -177,12 +176,16 @@ class Outcome:
     states: dict[int, ActionState]
 
 
-def execute_plan(journal: Journal, services: Services, plan: Plan, plan_id: int, *,
+def execute_plan(journal: Journal, services: Services, inventory: Inventory, plan: Plan, plan_id: int, *,
                  log: Callable[[str], None], stop_requested: Callable[[], bool],
                  skip: Mapping[int, str] | None = None) -> Outcome:
     """Run an APPLYING plan's actions (journaled before and after each), give the plan the status
-    they earned, and store the energy of the interval that ends with it."""
-    report = PlanExecutor(journal, services.ops, log, stop_requested).execute(plan, plan_id, skip=skip)
+    they earned, and store the energy of the interval that ends with it. A node to switch off is
+    asked, just before, whether anything runs there or a container its QoS guard stopped (as the
+    store knows them now) is still there."""
+    executor = PlanExecutor(journal, services.ops, log, stop_requested,
+                            stopped=lambda: stopped_by_guards(journal, inventory, datetime.now(UTC), ()))
+    report = executor.execute(plan, plan_id, skip=skip)
     ids = journal.plans.action_ids(plan_id)
     states = {ids.index(aid): s for aid, s in report.states.items()}
     status = final_status(states)

@@ -29,12 +29,17 @@ class ExecutionReport:
 
 
 class PlanExecutor:
+    """`stopped`: containers a node's QoS guard stopped -> their node (`remembered.stopped_by_guards`),
+    asked just before a power-off: a node still holding one is not switched off."""
+
     def __init__(self, store: Journal, ops: NodeOps, log: Callable[[str], None] = print,
-                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+                 stop_requested: Callable[[], bool] = lambda: False,
+                 stopped: Callable[[], Mapping[str, str]] = dict) -> None:
         self.store = store
         self.ops = ops
         self.log = log
         self.stop_requested = stop_requested
+        self.stopped = stopped
 
     def _run(self, report: ExecutionReport, action_id: int, action: Action, fn: Callable[[], None]) -> bool:
         self.store.plans.set_action_state(action_id, ActionState.ONGOING)
@@ -116,11 +121,14 @@ class PlanExecutor:
         return report
 
     def _why_not_empty(self, node: str) -> str | None:
-        """Why `node` may not be switched off now, or None when it hosts nothing; a node that
-        cannot be asked is kept on (the rest of the plan still runs)."""
+        """Why `node` may not be switched off now, or None when it hosts nothing: nothing runs
+        there, and no container its QoS guard stopped is still there (switched off, nothing would
+        start it again); a node that cannot be asked is kept on (the rest of the plan still runs)."""
+        stopped = sorted(c for c, n in self.stopped().items() if n == node)
         try:
-            if self.ops.hosts_nothing(node):
+            if self.ops.hosts_nothing(node, stopped):
                 return None
         except PeakpackError as exc:
             return f"could not check that it hosts nothing: {exc}"
-        return "the node hosts containers that the plan did not know of"
+        also = f", or {', '.join(stopped)}, stopped there by its QoS guard to be started again" if stopped else ""
+        return f"the node hosts containers that the plan did not know of{also}"

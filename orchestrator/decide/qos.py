@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -186,27 +186,35 @@ class Restart:
     now: bool  # start it now; False: it waits, `why` says for what
 
 
-def restarts(events: Sequence[QosEventRecord], snapshot: ClusterSnapshot, inventory: Inventory,
-             demand: Iterable[DemandRecord], per_hour: int, now: datetime) -> list[Restart]:
-    """Containers the guards stopped for memory and nothing started since: started again on
-    their node when its memory has room under the cap for what they usually use (the median of
-    their stored demand: a container that grew until it was stopped starts small again), at most
-    `per_hour` times an hour. Events oldest first."""
+def guard_stopped(events: Iterable[QosEventRecord], running: Collection[str]) -> dict[str, QosEventRecord]:
+    """Containers a node's QoS guard stopped for memory that nothing started since (their last
+    event is the stop, and they do not run now) -> that stop, which names their node. They are
+    still hosted there: started again there when it has room (`restarts`), so that node is not
+    switched off. Events oldest first."""
     latest: dict[str, QosEventRecord] = {}
-    recent: dict[str, int] = defaultdict(int)
     for e in events:
         if e.kind in (EVICTED, RESTARTED, RESTART_FAILED) and e.container:
             latest[e.container] = e
-            if e.kind == RESTARTED and now - e.at < timedelta(hours=1):
-                recent[e.container] += 1
-    running = {c.name for c in snapshot.containers}
+    return {name: e for name, e in latest.items() if e.kind == EVICTED and name not in running}
+
+
+def restarts(events: Sequence[QosEventRecord], snapshot: ClusterSnapshot, inventory: Inventory,
+             demand: Iterable[DemandRecord], per_hour: int, now: datetime) -> list[Restart]:
+    """The containers the guards stopped (`guard_stopped`), started again on their node when its
+    memory has room under the cap for what they usually use (the median of their stored demand: a
+    container that grew until it was stopped starts small again), at most `per_hour` times an
+    hour. Events oldest first."""
+    recent: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.kind == RESTARTED and e.container and now - e.at < timedelta(hours=1):
+            recent[e.container] += 1
     usual: dict[str, list[float]] = defaultdict(list)
     for d in demand:
         usual[d.container].append(d.memory_mb)
     loads = node_loads(snapshot.containers)
     out = []
-    for name, e in sorted(latest.items()):
-        if e.kind != EVICTED or name in running or e.node not in inventory.nodes_by_name:
+    for name, e in sorted(guard_stopped(events, {c.name for c in snapshot.containers}).items()):
+        if e.node not in inventory.nodes_by_name:
             continue
         memory = statistics.median(usual[name]) if usual[name] else 0.0
         used = loads[e.node].memory_mb if e.node in loads else 0.0

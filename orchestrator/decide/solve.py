@@ -4,7 +4,7 @@ and the simulator's production policy."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -54,17 +54,36 @@ class Unsettled(Protocol):
     target: str
 
 
-def hold_unsettled(snapshot: ClusterSnapshot, migrations: Iterable[Unsettled]) -> ClusterSnapshot:
-    """Until a migration is settled its container counts as present on both nodes: both are held,
-    so neither is emptied, switched off or given new work. Its container seen on both is the
-    migration's doing (a target restored while the source waits), so that hold says so instead."""
-    held = dict(snapshot.held)
+def unsettled_holds(migrations: Iterable[Unsettled]) -> Iterator[tuple[str, str, str]]:
+    """(node, container, why) for both nodes of every migration not settled: until it is, its
+    container counts as present on both (settling may resume the source or restore the target)."""
     for m in migrations:
         why = f"migration {m.id} of {m.container} ({m.source} -> {m.target}) is not settled"
         for node in (m.source, m.target):
-            if node not in held or is_twice(held[node], m.container):
-                held[node] = why
+            yield node, m.container, why
+
+
+def hold_unsettled(snapshot: ClusterSnapshot, migrations: Iterable[Unsettled]) -> ClusterSnapshot:
+    """Both nodes of an unsettled migration are held, so neither is emptied, switched off or
+    given new work. Its container seen on both is the migration's doing (a target restored while
+    the source waits), so that hold says so instead."""
+    held = dict(snapshot.held)
+    for node, container, why in unsettled_holds(migrations):
+        if node not in held or is_twice(held[node], container):
+            held[node] = why
     return replace(snapshot, held=held) if held != snapshot.held else snapshot
+
+
+def held_by_unsettled(migrations: Iterable[Unsettled], *, containers: Collection[str] = (),
+                      nodes: Collection[str] = ()) -> str | None:
+    """Why a command by hand may not act on one of `containers` or `nodes` (None: it may): an
+    unsettled migration holds them, as it holds them from the planner. Acting there anyway (moving
+    its container on, pinning or switching a node) would leave settling a copy to resume beside
+    the one moved on: two running copies."""
+    for node, container, why in unsettled_holds(migrations):
+        if container in containers or node in nodes:
+            return why
+    return None
 
 
 def held_inventory(inventory: Inventory, snapshot: ClusterSnapshot) -> Inventory:

@@ -26,6 +26,11 @@ from .forecast import forecast, window_epochs
 
 #: an unordered container pair, names sorted
 Edge = tuple[str, str]
+#: the most one pair's forecast may weigh: what one 10 GbE link carries. Two containers split over
+#: two nodes cannot send more between them, so joining them cannot save more; a pair measured
+#: faster (two containers on one bridge) is worth this much to keep together, and no single pair,
+#: whatever its counters say, can outweigh every other term of the objective
+MAX_PAIR_BYTES_PER_S = 1.25e9
 
 
 def edge(a: str, b: str) -> Edge:
@@ -114,7 +119,8 @@ def traffic_matrix(pairs: Iterable[TrafficRecord], reads: Iterable[TrafficRead],
 def forecast_traffic(pairs: Sequence[TrafficRecord], reads: Sequence[TrafficRead], containers: Iterable[str],
                      now: datetime, settings: ForecastSettings, epoch_seconds: float) -> dict[Edge, float]:
     """Forecast bytes per second of every pair of `containers` that talked in the window (the
-    CPU's forecast rule over per-epoch rates); pairs forecast at 0 are left out."""
+    CPU's forecast rule over per-epoch rates), at most MAX_PAIR_BYTES_PER_S each; pairs forecast
+    at 0 are left out."""
     names = set(containers)
     edges = sorted({edge(p.client, p.server) for p in pairs
                     if p.client_kind is PeerKind.CONTAINER and p.server_kind is PeerKind.CONTAINER
@@ -123,4 +129,4 @@ def forecast_traffic(pairs: Sequence[TrafficRecord], reads: Sequence[TrafficRead
         return {}
     epochs = window_epochs(settings, epoch_seconds)
     rates = forecast(traffic_matrix(pairs, reads, edges, now, epoch_seconds, epochs), settings)
-    return {e: float(r) for e, r in zip(edges, rates) if not np.isnan(r) and r > 0}
+    return {e: min(float(r), MAX_PAIR_BYTES_PER_S) for e, r in zip(edges, rates) if not np.isnan(r) and r > 0}

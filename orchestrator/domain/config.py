@@ -590,6 +590,19 @@ class _SnapContainer(_Strict):
     qos: Literal["ls", "be"] = "ls"
     clients: Literal["kept", "reconnect", "reconnect-elsewhere", "none"] = "reconnect-elsewhere"
 
+    @field_validator("ports")
+    @classmethod
+    def _port_numbers(cls, v: list[str]) -> list[str]:
+        """A published port is a port (`inputs.PORT`), like every other number an operator gives."""
+        for port in v:
+            number, _, proto = port.partition("/")
+            try:
+                inputs.PORT.check(int(number), "port")
+            except PeakpackError:
+                raise ValueError(f"{port!r} is not a port; give {inputs.PORT.describe()} and its protocol, "
+                                 f"e.g. 8080/{proto}") from None
+        return v
+
 
 class _Snapshot(_Strict):
     version: Annotated[int, Field(ge=0, le=inputs.ID.hi)] = 0

@@ -23,7 +23,7 @@ fenced with the lease token of the process that holds it):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -67,7 +67,10 @@ class NodeOps(Protocol):
 
     def pin(self, node: str) -> None: ...
 
-    def hosts_nothing(self, node: str) -> bool: ...
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool:
+        """Whether nothing runs on `node` and none of `stopped` (containers its QoS guard stopped
+        there) is still there: what may be switched off. Other stopped containers do not count."""
+        ...
 
     def start(self, node: str, container: str) -> None:
         """Start a stopped container where it is (one its node's QoS guard stopped)."""

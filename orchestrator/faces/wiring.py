@@ -5,7 +5,7 @@ Only the faces (the CLI, `serve`, `peakpack web`) import it and hand what it bui
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -121,8 +121,10 @@ class LiveOps:
             for name, cpus in changed.items():
                 self.log(f"{node}: pinned {name} to cpus {cpus}")
 
-    def hosts_nothing(self, node: str) -> bool:
-        return self.shell.run(node, ["docker", "ps", "-q"], timeout=30).stdout.strip() == ""
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool:
+        listed = self.shell.run(node, ["docker", "ps", "-a", "--format", "{{.Names}} {{.State}}"], timeout=30).stdout
+        there = dict(line.split(" ", 1) for line in listed.splitlines() if " " in line)
+        return not any(state == "running" or name in stopped for name, state in there.items())
 
     def start(self, node: str, container: str) -> None:
         self.shell.run(node, ["docker", "start", container_name(container)], timeout=120)

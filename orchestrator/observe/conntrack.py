@@ -28,6 +28,8 @@ from ..domain.records import Peer, PeerKind
 #: keys of a tuple (icmp has type/code/id instead of ports) and of its counters
 _TUPLE_KEYS = frozenset({"src", "dst", "sport", "dport", "type", "code", "id"})
 _COUNTER_KEYS = frozenset({"packets", "bytes"})
+#: the kernel's counters are u64: a value outside [0, 2^64) is not a count, and its line is dropped
+MAX_COUNTER = 2**64 - 1
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
@@ -42,7 +44,8 @@ class Tuple:
 @dataclass(frozen=True)
 class Flow:
     """One line of the table. Counters are cumulative since the flow began; None when accounting
-    was off when the flow was made (it never gets counters: "unaccounted", not zero)."""
+    was off when the flow was made (it never gets counters: "unaccounted", not zero). `assured`
+    and `unreplied` are the kernel's `[ASSURED]` and `[UNREPLIED]` marks."""
 
     proto: str
     orig: Tuple
@@ -51,10 +54,22 @@ class Flow:
     reply_bytes: int | None
     zone: int = 0
     age_s: int | None = None  # `delta-time=` (nf_conntrack_timestamp=1), 1 s resolution
+    assured: bool = False
+    unreplied: bool = False
 
     @property
     def accounted(self) -> bool:
         return self.orig_bytes is not None
+
+    @property
+    def answered(self) -> bool:
+        """Whether both ends spoke: the reply direction carried bytes (and the kernel did not mark
+        the flow [UNREPLIED]), and a TCP flow completed its handshake ([ASSURED]: a RST answering
+        segments sent at a port is no connection). Bytes only one side sent (UDP at a published
+        port nobody answers, stray TCP segments) are not traffic between two containers: counted,
+        they would let any container pull another onto its node."""
+        replied = not self.unreplied and (self.reply_bytes or 0) > 0
+        return replied and (self.assured or self.proto != "tcp")
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -73,11 +88,13 @@ def parse_flow(line: str) -> Flow | None:
     proto = parts[2]
     tuples: list[dict[str, str]] = []
     extra: dict[str, str] = {}
+    marks: set[str] = set()
     closed = False  # past both tuples: `mark=`, `zone=`, `delta-time=`, `use=`, the tool's `id=`
     for tok in parts[5:]:
         key, eq, value = tok.partition("=")
         if not eq:
-            continue  # the TCP state, [UNREPLIED], [ASSURED]
+            marks.add(tok)  # the TCP state, [UNREPLIED], [ASSURED]
+            continue
         if key == "src" and not closed and len(tuples) < 2:
             tuples.append({})
         if not closed and tuples and (key in _TUPLE_KEYS or key in _COUNTER_KEYS):
@@ -90,7 +107,7 @@ def parse_flow(line: str) -> Flow | None:
     try:
         o, r = (Tuple(t["src"], t["dst"], _port(t, "sport"), _port(t, "dport")) for t in tuples)
         return Flow(proto, o, r, _count(tuples[0]), _count(tuples[1]), int(extra.get("zone", 0)),
-                    int(extra["delta-time"]) if "delta-time" in extra else None)
+                    _count(extra, "delta-time"), "[ASSURED]" in marks, "[UNREPLIED]" in marks)
     except (KeyError, ValueError):
         return None
 
@@ -99,12 +116,20 @@ def _port(t: Mapping[str, str], key: str) -> int | None:
     return int(t[key]) if key in t else None
 
 
-def _count(t: Mapping[str, str]) -> int | None:
-    return int(t["bytes"]) if "bytes" in t else None
+def _count(t: Mapping[str, str], key: str = "bytes") -> int | None:
+    """A counter (or an age): None when absent; ValueError when it is not a count (negative,
+    beyond the kernel's u64, not an integer)."""
+    if key not in t:
+        return None
+    value = int(t[key])
+    if not 0 <= value <= MAX_COUNTER:
+        raise ValueError(f"{key}={value} is not a count")
+    return value
 
 
-def parse_flows(text: str) -> list[Flow]:
-    return [f for f in map(parse_flow, text.splitlines()) if f is not None]
+def is_flow_line(line: str) -> bool:
+    """Whether a line of the table claims to be a flow (`parse_flow` reads it, or drops it)."""
+    return line.lstrip().startswith(("ipv4 ", "ipv6 "))
 
 
 @dataclass(frozen=True)

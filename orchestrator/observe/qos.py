@@ -26,8 +26,9 @@ from peakpack.qos.guard import qos_class
 
 from ..decide.qos import Reading, pressure_records
 from ..domain.errors import NodeError, PeakpackError
-from ..domain.model import ClusterSnapshot, Inventory, QosClass
+from ..domain.model import ClusterSnapshot, Inventory, NodeSpec, QosClass
 from ..domain.ports import Journal
+from ..domain.qos import GuardSettings
 from ..domain.records import QosEventRecord
 from ..remote import SshPool
 
@@ -98,37 +99,54 @@ def event_records(node: str, report: deploy.GuardReport) -> list[QosEventRecord]
 
 @dataclass(frozen=True)
 class NodeQos:
-    """One node's pressure readings and its guard's report (None: that command failed, `error`)."""
+    """One node's pressure readings and its guard's report (None: that command failed, `error`
+    says why; `unreported` says why there is no report)."""
 
     node: str
     readings: list[Reading]
     report: deploy.GuardReport | None
     error: str | None = None
+    unreported: str | None = None
+
+    def outdated(self, spec: NodeSpec, settings: GuardSettings) -> str | None:
+        """Why this node's guard must be (re)installed (None: it runs as peakpack would install
+        it). A guard that fails to report is outdated too: a guard.py cut short, or broken on the
+        node, never reports again, and would otherwise never be replaced."""
+        if self.report is None:
+            return f"the guard fails to report ({self.unreported})"
+        return self.report.outdated(spec, settings)
 
 
 async def read_node(ssh: SshPool, node: str, after: tuple[str, int] | None, snapshot: ClusterSnapshot) -> NodeQos:
     pressure, report = await asyncio.gather(
         ssh.run(node, ["sh", "-c", PRESSURE_SCRIPT], timeout=60, check=False),
         ssh.run(node, deploy.report_argv(after), timeout=60, check=False), return_exceptions=True)
-    errors = [str(r) for r in (pressure, report) if isinstance(r, BaseException)]
+    errors = [str(pressure)] if isinstance(pressure, BaseException) else []
     readings: list[Reading] = []
-    parsed = None
+    parsed, unreported = None, None
     try:
         if not isinstance(pressure, BaseException) and pressure.ok:
             readings = parse_pressure(node, pressure.stdout, snapshot)
-        if not isinstance(report, BaseException) and report.ok:
-            parsed = deploy.GuardReport.parse(node, report.stdout)
-        elif not isinstance(report, BaseException):
-            errors.append(f"node {node}: the guard's report failed: {report.stderr.strip()[-200:]}")
     except NodeError as exc:
         errors.append(str(exc))
-    return NodeQos(node, readings, parsed, "; ".join(errors) or None)
+    try:
+        if isinstance(report, BaseException):
+            unreported = str(report)
+        elif report.ok:
+            parsed = deploy.GuardReport.parse(node, report.stdout)
+        else:
+            unreported = f"node {node}: the guard's report failed: {report.stderr.strip()[-200:]}"
+    except NodeError as exc:
+        unreported = str(exc)
+    return NodeQos(node, readings, parsed, "; ".join([*errors, *([unreported] if unreported else [])]) or None,
+                   unreported)
 
 
 def record_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callable, snapshot: ClusterSnapshot, *,
                install: bool, log: Callable[[str], None], recent: datetime | None = None) -> None:
     """Read every observed node's pressure and guard report, store them, and (`install`) install
-    or update the guard where it is missing, stopped or not what this peakpack would install.
+    or update the guard where it is missing, stopped, fails to report, or is not what this peakpack
+    would install.
     `call` runs a coroutine on the shell's loop (`RemoteShell.call`); `recent`: how far back a
     container's previous pressure row is looked for."""
     nodes = [n.name for n in snapshot.nodes if n.powered and n.name not in snapshot.held]
@@ -145,12 +163,11 @@ def record_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callabl
     for q in results:
         if q.error:
             log(f"qos: {q.error}")
-        if q.report is None:
-            continue
-        store.qos.add(event_records(q.node, q.report))  # the controller reports them (`_count_qos_events`)
-        if q.report.lost:
-            store.qos.record(q.node, "events_lost", None, "the guard's event log rotated past events not yet read")
-        why = q.report.outdated(inventory.node(q.node), inventory.qos.guard)
+        if q.report is not None:
+            store.qos.add(event_records(q.node, q.report))  # the controller reports them (`_count_qos_events`)
+            if q.report.lost:
+                store.qos.record(q.node, "events_lost", None, "the guard's event log rotated past events not yet read")
+        why = q.outdated(inventory.node(q.node), inventory.qos.guard)
         if why is not None:
             stale.append((q.node, why))
     if install and inventory.qos.install:

@@ -29,17 +29,26 @@ from typing import Any
 
 from ..domain.model import Inventory
 from ..domain.records import Peer, PeerKind, TrafficRead, TrafficRecord
-from .conntrack import Flow, Half, HalfKind, JoinKey, NodeNet, classify, parse_flows
+from .conntrack import Flow, Half, HalfKind, JoinKey, NodeNet, classify, is_flow_line, parse_flow
+
+#: the most flows of one node's table a read takes (~225 B each: ~23 MB and ~1.2 s of parsing at
+#: most per node and read); a larger table is not measured, never read in part (a flow missing
+#: from one read would count whole at the next)
+MAX_FLOWS = 100_000
+#: more than any node's NICs and bridges move (800 Gb/s): a flow, or a node's flows together,
+#: grown faster since the previous read do not hold counts, and are dropped (also keeps every
+#: stored row far inside the store's 64-bit integers: ~3 years of reads at this rate)
+MAX_BYTES_PER_S = 100e9
 
 #: prints "time", the two sysctls that make counters exact, the bridge sysctl that makes
-#: same-bridge traffic visible, the node's addresses, then the table ("noflows" when it cannot
-#: be read: conntrack not loaded, or not root)
-READ_SCRIPT = r"""
+#: same-bridge traffic visible, the node's addresses, then the table, one flow more than
+#: MAX_FLOWS at most ("noflows" when it cannot be read: conntrack not loaded, or not root)
+READ_SCRIPT = rf"""
 echo "time $(date +%s.%N)"
 for k in acct timestamp; do echo "$k $(cat /proc/sys/net/netfilter/nf_conntrack_$k 2>/dev/null || echo -)"; done
 echo "bridge $(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || echo -)"
-ip -o addr show 2>/dev/null | awk '{sub("/.*", "", $4); print "addr", $4}'
-if [ -r /proc/net/nf_conntrack ]; then echo flows; cat /proc/net/nf_conntrack; else echo noflows; fi
+ip -o addr show 2>/dev/null | awk '{{sub("/.*", "", $4); print "addr", $4}}'
+if [ -r /proc/net/nf_conntrack ]; then echo flows; head -n {MAX_FLOWS + 1} /proc/net/nf_conntrack; else echo noflows; fi
 """
 
 ACCT = "net.netfilter.nf_conntrack_acct"
@@ -50,7 +59,9 @@ BRIDGE = "net.bridge.bridge-nf-call-iptables"
 @dataclass(frozen=True)
 class NodeRead:
     """What READ_SCRIPT printed: the node's clock, its settings ("1", "0", or None when the
-    sysctl does not exist), its addresses and its flows (None: the table could not be read)."""
+    sysctl does not exist), its addresses and its flows (None: the table could not be read);
+    `dropped`: lines that claimed to be flows but held values that are not counts; `truncated`:
+    the table held more than MAX_FLOWS flows."""
 
     clock: float | None
     acct: str | None
@@ -58,6 +69,8 @@ class NodeRead:
     bridge: str | None
     addresses: frozenset[str]
     flows: tuple[Flow, ...] | None
+    dropped: int = 0
+    truncated: bool = False
 
     def why_not_measured(self, node: str) -> str | None:
         if self.flows is None:
@@ -65,6 +78,8 @@ class NodeRead:
                     "(load nf_conntrack and log in as root)")
         if self.acct != "1":
             return f"traffic not measured on {node}: enable {ACCT}"
+        if self.truncated:
+            return f"traffic not measured on {node}: its conntrack table holds more than {MAX_FLOWS:,} flows"
         return None
 
     def caveats(self, node: str) -> str | None:
@@ -97,8 +112,12 @@ def parse_read(text: str) -> NodeRead:
         clock = float(values["time"])
     except (KeyError, ValueError):
         clock = None
-    flows = tuple(parse_flows(body)) if (marker or text.startswith("flows\n")) else None
-    return NodeRead(clock, setting("acct"), setting("timestamp"), setting("bridge"), frozenset(addresses), flows)
+    if not (marker or text.startswith("flows\n")):
+        return NodeRead(clock, setting("acct"), setting("timestamp"), setting("bridge"), frozenset(addresses), None)
+    lines = [line for line in body.splitlines() if is_flow_line(line)]
+    flows = tuple(f for f in map(parse_flow, lines[:MAX_FLOWS]) if f is not None)
+    return NodeRead(clock, setting("acct"), setting("timestamp"), setting("bridge"), frozenset(addresses), flows,
+                    dropped=min(len(lines), MAX_FLOWS) - len(flows), truncated=len(lines) > MAX_FLOWS)
 
 
 class FlowLedger:
@@ -138,6 +157,28 @@ class FlowLedger:
             elif cur != prev:
                 grown[f.key] = (cur[0] - prev[0], cur[1] - prev[1])
         return grown
+
+
+def within_bounds(node: str, grown: Mapping[tuple[Any, ...], tuple[int, int]], seconds: float, unreadable: int
+                  ) -> tuple[dict[tuple[Any, ...], tuple[int, int]], list[str]]:
+    """The growth of a node's flows that it could have moved in `seconds` (MAX_BYTES_PER_S), and
+    one line for each thing dropped: a flow grown faster, every flow when together they did
+    (counters that are not counts are the node's fault, never a failed epoch), and `unreadable`
+    lines of its table."""
+    limit = MAX_BYTES_PER_S * max(seconds, 1.0)
+    kept = {k: v for k, v in grown.items() if v[0] + v[1] <= limit}
+    lines = []
+    if unreadable:
+        lines.append(f"traffic on {node}: {unreadable} conntrack lines dropped: a counter negative, beyond 2^64 or "
+                     "not a number")
+    if len(kept) < len(grown):
+        lines.append(f"traffic on {node}: {len(grown) - len(kept)} flows dropped: each grew more than a node moves "
+                     f"({MAX_BYTES_PER_S / 1e9:g} GB/s) in {seconds:.0f} s")
+    if sum(a + b for a, b in kept.values()) > limit:
+        lines.append(f"traffic on {node}: this read not counted: its flows together grew more than a node moves "
+                     f"({MAX_BYTES_PER_S / 1e9:g} GB/s) in {seconds:.0f} s")
+        kept = {}
+    return kept, lines
 
 
 @dataclass(frozen=True)
@@ -245,17 +286,20 @@ class TrafficMeter:
                 interval = intervals[node] = (at - self.last_at[node]).total_seconds()
                 self._seconds[node] = self._seconds.get(node, 0.0) + interval
             self.last_at[node] = at
+            grown, dropped = within_bounds(node, grown or {}, interval or 0.0, read.dropped)
+            for line in dropped:
+                self.log(line)
             for f in flows:
                 if not f.accounted:
                     continue
-                c2s, s2c = (grown or {}).get(f.key, (0, 0))
+                c2s, s2c = grown.get(f.key, (0, 0))
                 half = classify(net, f, c2s, s2c)
                 if half.kind is HalfKind.CLIENT and half.key is not None and half.client is not None:
                     names[half.key] = (half.client, node)
-                if c2s or s2c:
+                if (c2s or s2c) and f.answered:
                     counted.append(half)
             self._lines[node] = TrafficRead(at, node, interval, len(flows), sum(not f.accounted for f in flows),
-                                            True, caveat)
+                                            True, "; ".join(n for n in (caveat, *dropped) if n) or None)
         known = {**self.prev_names, **names}
         self.prev_names = names
         self._add(counted, known, intervals, addresses)

@@ -57,6 +57,7 @@ def test_live_node_ops_keep_the_contract(clean_lab: Lab, tmp_path: Path) -> None
             h = LabHarness(clean_lab, services.ops, store)
             contract.hosts_nothing_follows_containers(h, "node-1", "contract-c1")
             contract.a_stopped_container_starts_again_where_it_was(h, "node-1", "contract-c1")
+            contract.a_container_its_guard_stopped_is_still_hosted(h, "node-1", "contract-c1")
             contract.pinning_a_busy_node_works(h, "node-1")
             contract.nothing_migrates_once_stopping(h, "contract-c1", "node-1", "node-2")
             contract.migrating_from_the_wrong_source_is_skipped(h, "contract-c1", "node-2", "node-3")

@@ -115,10 +115,11 @@ class FakeNodeOps:
     def pin(self, node: str) -> None:
         self.calls.append(("pin", node))
 
-    def hosts_nothing(self, node: str) -> bool:
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool:
         if node in self.unreachable or node not in self.world.powered:
             raise NodeError(node, "SSH connection refused")
-        return node not in self.busy_nodes and not self.world.on(node)
+        return (node not in self.busy_nodes and not self.world.on(node)
+                and not any(self.world.stopped.get(c) == node for c in stopped))
 
     def start(self, node: str, container: str) -> None:
         self.calls.append(("start", container))

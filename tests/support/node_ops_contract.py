@@ -80,6 +80,18 @@ def hosts_nothing_follows_containers(h: Harness, node: str, container: str) -> N
     assert not h.ops.hosts_nothing(node)
 
 
+def a_container_its_guard_stopped_is_still_hosted(h: Harness, node: str, container: str) -> None:
+    """A container stopped on a node that is named as one its QoS guard stopped keeps the node
+    hosting (switched off, nothing would start it again); a stopped container not named does not
+    (an operator's). `container` is alone on `node`; leaves it running there."""
+    assert h.running_on(container) == [node]
+    h.stop(container, node)
+    assert h.ops.hosts_nothing(node) and h.ops.hosts_nothing(node, ["another"])
+    assert not h.ops.hosts_nothing(node, [container])
+    h.ops.start(node, container)
+    assert not h.ops.hosts_nothing(node)
+
+
 def a_stopped_container_starts_again_where_it_was(h: Harness, node: str, container: str) -> None:
     """A container stopped on a node (by its QoS guard) starts again there; one the node does not
     have fails with a PeakpackError naming the node. Leaves `container` running on `node`."""

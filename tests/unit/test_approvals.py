@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -52,7 +52,7 @@ class RecordingOps:
 
     def pin(self, node: str) -> None: ...
 
-    def hosts_nothing(self, node: str) -> bool:
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool:
         return True
 
 

@@ -241,6 +241,10 @@ def snapshot_mutations() -> Iterator[tuple[str, Any]]:
     for when in ("2026-11-23T10:00:00", "2026-11-23 10:00", "yesterday", "9999-99-99T00:00:00Z"):
         yield "taken_at", {**doc, "taken_at": when}
     yield "version", {**doc, "version": 2**70}
+    for port in ("0/tcp", "65536/tcp", "99999/udp"):  # a published port is a port
+        mutated = json.loads(json.dumps(doc))
+        mutated["containers"][0]["ports"] = ["8080/tcp", port]
+        yield "ports", mutated
 
 
 def test_every_field_of_a_snapshot_refuses_bad_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

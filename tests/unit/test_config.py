@@ -174,6 +174,11 @@ def test_embedded_demo_is_valid() -> None:
         ({"nodes": [{"name": "ghost"}]}, "nodes[0].name: 'ghost' is not in the inventory"),
         ({"containers": [{"name": "x;rm -rf /", "node": "node-1", "cpu": 1, "memory_mb": 1}]},
          "containers[0].name: may contain only"),
+        ({"containers": [{"name": "a1", "node": "node-1", "cpu": 1, "memory_mb": 1, "ports": ["80/tcp", "99999/udp"]}]},
+         "containers[0].ports: '99999/udp' is not a port; give an integer from 1 to 65535 and its protocol, "
+         "e.g. 8080/udp"),
+        ({"containers": [{"name": "a1", "node": "node-1", "cpu": 1, "memory_mb": 1, "ports": ["0/tcp"]}]},
+         "containers[0].ports: '0/tcp' is not a port"),
     ],
 )
 def test_snapshot_errors(tmp_path: Path, data: dict, expected: str) -> None:

@@ -55,6 +55,11 @@ def test_a_stopped_container_starts_again_where_it_was(h: FakeHarness) -> None:
     contract.a_stopped_container_starts_again_where_it_was(h, "node-1", "c1")
 
 
+def test_a_container_its_guard_stopped_is_still_hosted(h: FakeHarness) -> None:
+    h.start("c1", "node-1")
+    contract.a_container_its_guard_stopped_is_still_hosted(h, "node-1", "c1")
+
+
 def test_pinning_a_busy_node_works(h: FakeHarness) -> None:
     h.start("c1", "node-1")
     contract.pinning_a_busy_node_works(h, "node-1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from peakpack.orchestrator.domain.model import ClusterConfig, Inventory, NodeSpec, PowerCurve
 from peakpack.orchestrator.domain.records import PeerKind, TrafficRecord
-from peakpack.orchestrator.observe.conntrack import NodeNet, parse_flow, parse_flows
+from peakpack.orchestrator.observe.conntrack import Flow, NodeNet, parse_flow
 from peakpack.orchestrator.observe.traffic import FlowLedger, NodeRead, TrafficMeter, parse_read
 
 DATA = Path(__file__).parent / "data" / "conntrack"
@@ -18,6 +18,10 @@ ADDR = {"node-1": "10.201.151.11", "node-2": "10.201.151.12", "node-3": "10.201.
 INVENTORY = Inventory(ClusterConfig("lab"), tuple(NodeSpec(n, a, 2, 4096, PowerCurve.linear(100, 250))
                                                   for n, a in ADDR.items()))
 T0 = datetime(2026, 11, 24, 22, 52, tzinfo=UTC)
+
+
+def parse_flows(text: str) -> list[Flow]:
+    return [f for f in map(parse_flow, text.splitlines()) if f is not None]
 
 
 def net(node: str) -> NodeNet:

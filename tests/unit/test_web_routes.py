@@ -211,12 +211,11 @@ def test_a_decision_checks_its_size_and_its_token_before_its_form(store: Store, 
     assert big.status_code == 413  # refused by its declared length: never read
     upload = client.post(f"/plans/{newest}/reject", files={"token": ("t", TOKEN.encode())})
     assert upload.status_code in (413, 415)  # no multipart parsing for anyone
-    header = client.post(f"/plans/{newest}/reject", headers={"authorization": "Basic " + b64("x:guess")},
-                         data={"token": TOKEN})
-    assert header.status_code == 403  # a wrong token in the header: the body is not looked at
+    header = client.post(f"/plans/{newest}/reject", headers={"authorization": "Basic " + b64(f"ana:{TOKEN}")},
+                         data={"by": "ana"})
+    assert header.status_code == 403  # the token in the header only: a browser sends that by itself
     assert store.plans.get(newest).status is PlanStatus.RECOMMENDED
-    ok = client.post(f"/plans/{newest}/reject", headers={"authorization": "Basic " + b64(f"ana:{TOKEN}")},
-                     data={"by": "ana"})
+    ok = client.post(f"/plans/{newest}/reject", data={"token": TOKEN, "by": "ana"})
     assert ok.status_code == 200 and store.plans.get(newest).status is PlanStatus.REJECTED
 
 
@@ -237,6 +236,25 @@ def test_reads_can_need_the_token_too(store: Store, tmp_path: Path) -> None:
         assert client.get(path, auth=("anyone", "guess")).status_code == 401
         assert client.get(path, auth=("anyone", TOKEN)).status_code == 200, path
     assert page(create_app(store, parse_inventory(DEMO, base=Path(".")))).get("/api/state").status_code == 200
+
+
+def test_another_sites_page_cannot_decide_with_the_credentials_a_browser_resends(store: Store,
+                                                                                 tmp_path: Path) -> None:
+    """`token_for_reads`: the browser logged in with the token (HTTP basic) and resends it with
+    every request to the page, also the form post another site's page makes it send (its Host is
+    the page's own). Without the token in the form that post changes nothing."""
+    (tmp_path / "web.token").write_text(TOKEN + "\n")
+    (tmp_path / "web.token").chmod(0o600)
+    inv = parse_inventory(DEMO + '\n[web]\ntoken_file = "web.token"\ntoken_for_reads = true\n', base=tmp_path)
+    newest = store.plans.recent(1)[0].plan_id
+    client = page(create_app(store, inv))
+    for decision in ("reject", "approve"):
+        forged = client.post(f"/plans/{newest}/{decision}", auth=("anyone", TOKEN), data={"by": "mallory"},
+                             headers={"origin": "https://evil.example", "referer": "https://evil.example/"})
+        assert forged.status_code == 403, forged.text
+        assert store.plans.get(newest).status is PlanStatus.RECOMMENDED
+    own = client.post(f"/plans/{newest}/reject", auth=("anyone", TOKEN), data={"token": TOKEN, "by": "ana"})
+    assert own.status_code == 200 and store.plans.get(newest).status is PlanStatus.REJECTED
 
 
 def test_node_text_is_shown_literally(store: Store, planned: tuple[Inventory, ClusterSnapshot, Plan]) -> None:

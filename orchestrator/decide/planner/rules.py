@@ -36,6 +36,9 @@ class Remembered:
     frozen_history: tuple[tuple[float, float], ...] = ()
     #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/qos.py`)
     lowered: Mapping[str, LoweredCap] = field(default_factory=dict)
+    #: containers a node's QoS guard stopped, to be started there again -> that node
+    #: (`decide/qos.guard_stopped`): still hosted there, though not running
+    stopped: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ def off_refusal(spec: NodeSpec, settings: PlannerSettings, epoch_seconds: float,
     """
     if spec.name in facts.quarantined:
         return f"quarantined: {facts.quarantined[spec.name]}"
+    stopped = sorted(c for c, node in facts.stopped.items() if node == spec.name)
+    if stopped:  # switched off, nothing would start them again
+        return (f"hosts {', '.join(stopped)}, stopped by its QoS guard for memory: started there again once it "
+                "has room")
     grace = timedelta(seconds=settings.grace_seconds)
     woken = facts.woken_at.get(spec.name)
     if woken is not None and now - woken < grace:
@@ -84,7 +91,7 @@ def restraints(inventory: Inventory, snapshot: ClusterSnapshot, settings: Planne
                now: datetime) -> Restraints:
     """Decide, for this epoch, which nodes keep their power state and which containers stay."""
     powered = snapshot.powered()
-    hosting = {c.node for c in snapshot.containers}
+    hosting = {c.node for c in snapshot.containers} | set(facts.stopped.values())
     keep: dict[str, str] = {}
     candidates: list[NodeSpec] = []
     for spec in inventory.nodes:

@@ -124,6 +124,22 @@ def manual_lease(store: Any, role: str) -> Any:
     return Lease(store, MIN_TTL_S, role=role, log=lambda text: err.print(text, markup=False, highlight=False))
 
 
+def refuse_unsettled(store: Any, field: str, *, container: str | None = None, node: str | None = None,
+                     subject: str | None = None) -> None:
+    """Refuse, in one line, a container or node that an unsettled migration holds (`decide.solve.
+    held_by_unsettled`, the rule the planner holds them by); called under the lease, so no migration
+    begins between the check and the act. `subject`: how the line names what is held (default: the
+    container or node)."""
+    from ...decide.solve import held_by_unsettled  # lazy: start-up speed (each command loads only what it uses)
+    from ...domain.errors import PeakpackError
+
+    why = held_by_unsettled(store.migrations.unfinished(), containers=[container] if container else [],
+                            nodes=[node] if node else [])
+    if why is not None:
+        raise PeakpackError(f"{field}: {subject or container or node} is held: {why}; settle it first with "
+                            "`peakpack reconcile --inventory FILE` (it waits until both its nodes answer), then retry")
+
+
 class Interrupt:
     """What `interruptible` yields: whether the work should stop (a signal, or the lease lost)."""
 

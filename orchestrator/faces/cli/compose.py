@@ -56,18 +56,18 @@ def up(
     from peakpack.migrate import compose  # lazy: start-up speed (each command loads only what it uses)
     from peakpack.power.ipmi import power_probe
 
-    from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
+    from ...decide.solve import held_by_unsettled  # lazy: start-up speed (each command loads only what it uses)
+    from ...remote.shell import RemoteShell
 
     inv = load_inventory(inventory)
     if node is not None and node not in inv.nodes_by_name:
         raise PeakpackError(f"--node: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
     with open_store(db) as store, RemoteShell(inv) as shell:
         found = shell.call(compose.read_project(shell.pool, inv.node_names, project, power_probe(inv)))
-        names = {m.name for m in found.members}
-        for m in store.migrations.unfinished():
-            if m.container in names:
-                raise PeakpackError(f"{m.container}: migration {m.id} ({m.source} -> {m.target}) is not settled; "
-                                    "deploy once `peakpack reconcile` has settled it")
+        unsettled = held_by_unsettled(store.migrations.unfinished(), containers={m.name for m in found.members})
+        if unsettled is not None:
+            raise PeakpackError(f"--project-name: {project}: {unsettled}; deploy once `peakpack reconcile` has "
+                                "settled it")
         directory, paths = compose.project_files(project, found.members, project_directory, files or [])
         nodes = compose.candidates(project, found.members, node)
         shell.call(compose.check_files(shell.pool, nodes, paths))

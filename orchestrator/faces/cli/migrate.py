@@ -1,7 +1,9 @@
 """`peakpack migrate CONTAINER --to NODE` and `peakpack pin NODE`: one live migration or one
 node's pinning, by hand, journaled in the store like the controller's. Both take the store's
 controller lease for their duration (failing at once while a controller leads), so they never
-act beside a controller, and their writes are fenced like its."""
+act beside a controller, and their writes are fenced like its. Both refuse a container or node
+that an unsettled migration holds, as the planner does: settling it may resume or restore that
+migration's copy, and a copy moved on meanwhile would run beside it."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from .common import (
     manual_lease,
     open_store,
     out,
+    refuse_unsettled,
 )
 
 
@@ -50,12 +53,15 @@ def migrate(
         raise PeakpackError(f"--to: {to} is not in {inventory}; use one of {', '.join(inv.node_names)}")
     with (open_store(db) as store, manual_lease(store, "migrate") as lease, interruptible(lease) as stop,
           RemoteShell(inv) as shell):
+        refuse_unsettled(store, "CONTAINER", container=container)
+        refuse_unsettled(store, "--to", node=to)
         snap = observe_cluster(inv, power_probe(inv), shell)
         where = {c.name: c.node for c in snap.containers}
         if container not in where:
             unseen = f" ({', '.join(sorted(snap.held))} could not be observed)" if snap.held else ""
             raise PeakpackError(f"CONTAINER: {container} runs on no node of {inv.cluster.name}{unseen}; check the "
                                 "name with `docker ps` on the nodes (only a running container can move)")
+        refuse_unsettled(store, "CONTAINER", node=where[container], subject=f"its node {where[container]}")
         with err.status(f"{container}: {where[container]} -> {to}") as status:
             result = shell.call(Migration(shell.pool, shell.engines, store, inv, container, where[container], to,
                                           progress=lambda step: status.update(f"{container}: {step}"),
@@ -96,6 +102,7 @@ def pin(
         raise PeakpackError(f"NODE: {node} is not in {inventory}; use one of {', '.join(inv.node_names)}")
     with (open_store(db) as store, manual_lease(store, "pin") as lease, interruptible(lease) as stop,
           RemoteShell(inv) as shell):
+        refuse_unsettled(store, "NODE", node=node)
         from peakpack.power.ipmi import power_probe  # lazy: start-up speed (each command loads only what it uses)
 
         view = shell.call(observe_node(shell.pool, node, power_probe(inv)))

@@ -81,7 +81,8 @@ def status(inventory: InventoryArg, nodes: NodesArg = None, json_out: JsonOpt = 
                 raise answer
             report = deploy.GuardReport.parse(name, answer.stdout)
         except PeakpackError as exc:
-            rows.append({**row, "guard": "unknown", "problem": str(exc)})
+            rows.append({**row, "guard": "unknown", "problem": f"the guard fails to report ({exc}): "
+                                                              f"`peakpack qos install -i {inventory} {name}`"})
             continue
         state = report.state or {}
         outdated = report.outdated(inv.node(name), inv.qos.guard)

@@ -1,6 +1,11 @@
 """`peakpack reconcile`: settle, by hand, what the controller would settle at its next epoch:
 unfinished or in-doubt migrations, power actions left ONGOING. Prints what it found and did, and the
-migration leases on the nodes that nobody renews any more (with their age and owner)."""
+migration leases on the nodes that nobody renews any more (with their age and owner).
+
+Unlike `migrate` and `pin`, it is not refused what an unsettled migration holds: settling is what
+it does there, by the same table as the controller (`faces.wiring.reconcile`), and nothing else
+(no migration begun, no cpuset, no power switched, no plan run), so it is no back door around
+the hold."""
 
 from __future__ import annotations
 

@@ -13,7 +13,9 @@ Every request passes `Guard` first: its Host header must name the page (its list
 name of `[web] hosts`), so a page on another site cannot read it through DNS rebinding; a body is
 at most MAX_BODY bytes of a url-encoded form, refused by its declared length before it is read;
 with `[web] token_for_reads` every request needs the token (HTTP basic auth, any user name).
-A decision's token is checked before anything else of its form is looked at.
+A decision's token is checked before anything else of its form is looked at, and it must be in
+the form: the Basic credentials a browser resends by itself would let another site's page post a
+decision (cross-site request forgery).
 
 Approving never executes here: the approval goes to whoever may act (`Applier`): the controller
 that leads, through the store (`act.apply.hand_to_leader`), or, under `peakpack web` while no
@@ -192,15 +194,14 @@ def create_app(store: Store, inventory: Inventory | None = None, view: View | No
         return JSONResponse(await run_in_threadpool(page_state, store, inventory, view))
 
     async def form_of(request: Request) -> dict[str, str] | Response:
-        """The decision's form, once its token matched: from the Authorization header before the
-        body is read, else the first thing looked at in the (bounded, url-encoded) body."""
+        """The decision's form, once its token matched: the first thing looked at in the (bounded,
+        url-encoded) body. Never the Authorization header: a browser resends the Basic
+        credentials of `token_for_reads` with any request to this page, even one another site's
+        page makes it send, so they prove a browser logged in, not that this person decided."""
         if token is None:
             return render("result.html", 403, title="read-only",
                           message="this page is read-only: give the inventory a [web] token_file to approve or "
                                   "reject plans")
-        header = basic_password(request.headers.get("authorization", ""))
-        if header is not None and not same_token(header, token):
-            return render("result.html", 403, title="wrong token", message="token: it does not match")
         if request.headers.get("content-type", "").partition(";")[0].strip().lower() != FORM:
             return render("result.html", 415, title="not a form", message=f"send the form as {FORM}")
         try:
@@ -208,7 +209,7 @@ def create_app(store: Store, inventory: Inventory | None = None, view: View | No
         except (UnicodeDecodeError, ValueError, PeakpackError):
             return render("result.html", 400, title="not a form", message="the form could not be read")
         form = {k: v[0] for k, v in fields.items()}
-        if header is None and not same_token(form.get("token", ""), token):
+        if not same_token(form.get("token", ""), token):
             return render("result.html", 403, title="wrong token",
                           message="token: it does not match the inventory's [web] token_file; paste the file's content")
         return form
