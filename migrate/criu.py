@@ -338,10 +338,12 @@ write)  # SHA256: stdin (base64) replaces runc.conf, atomically, only if it stil
   [ "$(sha256sum < "$f" | cut -d' ' -f1)" = "$1" ] || { echo "changed meanwhile"; exit 4; }
   t="$f.peakpack.$$"
   base64 -d > "$t" && chmod --reference="$f" "$t" && chown --reference="$f" "$t" && mv -f "$t" "$f";;
-page-server)  # DIR ADDRESS PORT SECS: pages of a dump into DIR/images
-  mkdir -p "$1/images" && start "$1" page-server "$4" 2 page-server -D "$1/images" --address "$2" --port "$3";;
-lazy-pages)  # DIR ADDRESS PORT SECS: the target's pages fetched from the source's dump at ADDRESS:PORT
-  start "$1" lazy-pages "$4" 2 lazy-pages --page-server --address "$2" --port "$3" -D "$1/images" -W "$1/images";;
+page-server)  # DIR ADDRESS PORT SECS [OPTION...]: pages of a dump into DIR/images
+  d=$1 a=$2 p=$3 s=$4; shift 4
+  mkdir -p "$d/images" && start "$d" page-server "$s" 2 page-server -D "$d/images" --address "$a" --port "$p" "$@";;
+lazy-pages)  # DIR ADDRESS PORT SECS [OPTION...]: the target's pages fetched from the source's dump at ADDRESS:PORT
+  d=$1 a=$2 p=$3 s=$4; shift 4
+  start "$d" lazy-pages "$s" 2 lazy-pages --page-server --address "$a" --port "$p" -D "$d/images" -W "$d/images" "$@";;
 wait-lazy)  # DIR SECS: until the lazy-pages daemon has ended (it writes its status into DIR/lazy-pages.rc)
   n=0; while [ ! -f "$1/lazy-pages.rc" ] && ours "$1/lazy-pages.pid" "$1" && [ $n -lt $(($2 * 10)) ]; do
     sleep 0.1; n=$((n+1)); done;;
@@ -488,20 +490,21 @@ class NodeCriu:
                 raise NodeError(self.node, f"{RUNC_CONF} could not be written: {said}")
         raise NodeError(self.node, f"{RUNC_CONF} kept changing while peakpack edited it; try again")
 
-    async def page_server(self, address: str, first_port: int, ports: int, seconds: float) -> int:
+    async def page_server(self, address: str, first_port: int, ports: int, seconds: float,
+                          options: Sequence[str] = ()) -> int:
         """A page server for this migration's dump, bound to `address`, on the first free port from
-        the migration's own place in the range; returns the port."""
+        the migration's own place in the range (`options`: CRIU's, TLS); returns the port."""
         for i in range(min(ports, 20)):
             port = first_port + (self.mid + i) % ports
-            res = await self._exec("page-server", self.dir, address, port, round(seconds))
+            res = await self._exec("page-server", self.dir, address, port, round(seconds), *options)
             if res.ok:
                 return port
             if res.exit_status != 5:
                 raise NodeError(self.node, f"criu page-server: {res.stdout.strip()[:300] or res.exit_status}")
         raise NodeError(self.node, f"no free port for a page server among {ports} from {first_port}")
 
-    async def lazy_pages(self, source_address: str, port: int, seconds: float) -> None:
-        await self.run("lazy-pages", self.dir, source_address, port, round(seconds))
+    async def lazy_pages(self, source_address: str, port: int, seconds: float, options: Sequence[str] = ()) -> None:
+        await self.run("lazy-pages", self.dir, source_address, port, round(seconds), *options)
 
     async def lazy_pages_ended(self, seconds: float = 30.0) -> LazyPages:
         """How the lazy-pages daemon's transfer ended, once it has (waiting up to `seconds`)."""

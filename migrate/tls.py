@@ -9,7 +9,7 @@ node's address in its certificate; instead each end is told `tls-no-cn-verify` a
 a peer is trusted when the cluster CA signed its certificate, i.e. when it is a node of this cluster.
 
 The CA lives with the inventory's other secrets (`[migration] tls_dir`, default `tls/` beside the
-inventory file: a standby head node with a copy of the inventory issues under the same CA): its key
+inventory file: a standby head node with a copy of that folder issues under the same CA): its key
 is created on first use with mode 600 in a folder of mode 700. Each node's key and certificate are
 issued here and installed over SSH into `NODE_DIR` (the key mode 600), checked before every
 migration and issued anew when missing, not signed by this CA, or within `RENEW_DAYS` of expiry.
@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from peakpack.orchestrator.domain.errors import NodeError, PeakpackError
-from peakpack.orchestrator.domain.model import NodeSpec
+from peakpack.orchestrator.domain.model import Inventory, NodeSpec
+from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.remote import SshPool
 
 #: on every node (the lab gives each node its own /etc/criu)
@@ -40,6 +41,18 @@ CA_FILE, CERT_FILE, KEY_FILE = f"{NODE_DIR}/ca.pem", f"{NODE_DIR}/node.pem", f"{
 CA_DAYS, NODE_DAYS, RENEW_DAYS = 3650, 90, 30
 #: what a migration's runc.conf block and the daemons it starts say when TLS is on
 CRIU_OPTIONS = ("tls", f"tls-cacert {CA_FILE}", f"tls-cert {CERT_FILE}", f"tls-key {KEY_FILE}", "tls-no-cn-verify")
+
+
+def ca_folder(settings: MigrationSettings, inventory: Inventory) -> Path:
+    """Where the cluster CA lives: `[migration] tls_dir`, else `tls/` beside the inventory file, else
+    in the user's data folder (an inventory not read from a file)."""
+    if settings.tls_dir is not None:
+        return settings.tls_dir
+    if inventory.source is not None and inventory.source.is_file():
+        return inventory.source.resolve().parent / "tls"
+    from platformdirs import user_data_dir  # lazy: only when no inventory file says where
+
+    return Path(user_data_dir("peakpack")) / "tls"
 
 
 def criu_args() -> list[str]:

@@ -43,7 +43,7 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
-from . import criu, moved, room, runc_conf, segment, spec
+from . import criu, moved, room, runc_conf, segment, spec, tls
 from .copy import copy_all, stream_image
 from .hold import set_hold
 from .settle import NO_RESTART, MigrationFacts, PowerProbe, Settler, checkpoint_name, checkpoint_path
@@ -279,6 +279,7 @@ class Migration:
             raise MigrationError(why)
         self.memory_mb = crius[0].memory_mb
         route = await self._route(crius[0])
+        route += await self._tls()
         why_not = spec.why_not_onto(src, here, there, self.target)
         if why_not is not None:
             raise MigrationError(f"--to: {why_not}")
@@ -304,6 +305,15 @@ class Migration:
                                     before=moved.reached(src, self.source, self._spec(self.source).address),
                                     nonce=secrets.token_hex(4))
         return self.facts.dumps()  # journaled before anything changes: settling may need it
+
+    async def _tls(self) -> str:
+        """Both nodes ready for TLS page streams (`tls.ensure`: a certificate of this cluster's CA,
+        issued where missing or due); refused where CRIU lacks TLS. What the journal records."""
+        if not self.settings.tls:
+            return ", pages in clear ([migration] tls = false)"
+        ca = await asyncio.to_thread(tls.Authority.open, tls.ca_folder(self.settings, self.inventory))
+        done = await asyncio.gather(*(tls.ensure(self.ssh, self._spec(n), ca) for n in (self.source, self.target)))
+        return ", TLS" + "".join(f" ({d})" for d in done if d)
 
     async def _segment_tools(self, node: str) -> None:
         """What moving addresses need on a node besides CRIU's tools (`segment.TOOLS`)."""
@@ -514,14 +524,15 @@ class Migration:
         src, dst, s = self.src_criu, self.dst_criu, self.settings
         source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
         await asyncio.gather(self._renew(), src.make("dump"), dst.make("images"))
+        secure = list(tls.CRIU_OPTIONS) if s.tls else []
         if self.post_copy:
             self.port = s.page_server_port + self.mid % s.page_server_ports
-            source_lines = ["lazy-pages", f"address {source_address}"]
+            source_lines = ["lazy-pages", f"address {source_address}", *secure]
             target_lines = [f"work-dir {dst.dir}/images", "lazy-pages"]
         else:
             self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
-                                              self._dump_deadline() + 60)
-            source_lines, target_lines = ["page-server", f"address {target_address}"], []
+                                              self._dump_deadline() + 60, tls.criu_args() if s.tls else ())
+            source_lines, target_lines = ["page-server", f"address {target_address}", *secure], []
         tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
             src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
@@ -568,8 +579,8 @@ class Migration:
                                           self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
         self.t.bytes = copied + len(payload) * 3 // 4
         if self.post_copy:
-            await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port,
-                                           self._dump_deadline())
+            await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port, self._dump_deadline(),
+                                           tls.criu_args() if self.settings.tls else ())
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
 
@@ -631,7 +642,11 @@ class Migration:
     async def _stop_lazy_dump(self) -> None:
         """After a failure, a lazy dump still serving pages is aborted now rather than at its
         deadline (CRIU then leaves the source as it was: settling resumes it)."""
-        if self._dump is None or self._dump.done():
+        if self._dump is None:
+            return
+        if self._dump.done():
+            if not self._dump.cancelled():
+                self._dump.exception()  # retrieved: settling judges the source from its facts
             return
         try:
             await self.src_criu.abort(self._sockets)

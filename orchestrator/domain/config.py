@@ -299,6 +299,8 @@ class _Migration(_Strict):
     on_moved: Annotated[str, Field(max_length=4096)] | None = None
     on_moved_timeout_seconds: Annotated[float, Field(**inputs.HOOK_SECONDS.pydantic())] | None = None
     lease_seconds: Annotated[float, Field(**inputs.LEASE_SECONDS.pydantic())] | None = None
+    tls: bool | None = None
+    tls_dir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
     @model_validator(mode="after")
     def _range(self) -> _Migration:
@@ -309,8 +311,10 @@ class _Migration(_Strict):
                              "lower one of them")
         return self
 
-    def settings(self) -> MigrationSettings:
-        return MigrationSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
+    def settings(self, base: Path) -> MigrationSettings:
+        """`tls_dir` is relative to the inventory's folder."""
+        given = {k: v for k, v in self.model_dump().items() if v is not None and k != "tls_dir"}
+        return MigrationSettings(**given, tls_dir=(base / self.tls_dir).resolve() if self.tls_dir else None)
 
 
 class _Remote(_Strict):
@@ -526,7 +530,7 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                                        inv.store.prune_rows),
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(),
+                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(base),
                      remote=inv.remote.settings(), qos=inv.qos.settings())
 
 

@@ -9,6 +9,7 @@ same thing at any epoch length: the planner divides them by the epoch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 
@@ -154,6 +155,13 @@ class MigrationSettings:
     #: renewed every sixth of it while the migration runs and at every settling round, and released
     #: once it is settled. A lease past its expiry is stale: its controller died or lost its way
     lease_seconds: float = 900.0
+    #: TLS on every page stream (migrate/tls.py): a cluster CA kept in `tls_dir` issues each node a
+    #: certificate; false sends a container's memory in clear to whoever listens on the path
+    #: (docs/migration.md, "Threat model")
+    tls: bool = True
+    #: where the cluster CA's key and certificate live; None: `tls/` beside the inventory file (or
+    #: in the user's data folder without one: `migrate.tls.ca_folder`)
+    tls_dir: Path | None = None
 
     @property
     def renew_every_s(self) -> float:
