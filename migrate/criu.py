@@ -214,6 +214,7 @@ class Facts:
 
     now: float            # the node's clock (a copy's run time is measured on its own node)
     locked_net: bool      # CRIU's network lock (chain CRIU) is in the container's network namespace
+    stopped: bool         # every process of the container is stopped (state T), as a dump leaves them
     dump: bool            # this migration's finished dump: its metadata and Docker's descriptors.json
     pages: bool           # pages a dump sent here
     complete: bool        # all a restore reads: pages, metadata, and Docker's renamed checkpoint folder
@@ -224,7 +225,8 @@ class Facts:
 def parse_facts(node: str, text: str) -> Facts:
     f = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
     try:
-        return Facts(now=float(f["now"]), locked_net=f["chain"] == "yes", dump=f["dump"] == "yes",
+        return Facts(now=float(f["now"]), locked_net=f["chain"] == "yes", stopped=f.get("stopped") == "yes",
+                     dump=f["dump"] == "yes",
                      pages=f["pages"] == "yes", complete=f["complete"] == "yes", lazy=LazyPages(f["lazy"]),
                      armed=f["armed"] == "yes")
     except (KeyError, ValueError) as exc:
@@ -382,6 +384,10 @@ facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
   mid=$1 dir=$2 ck=$3 pid=$4
   echo "now=$(date +%s.%N)"
   chain=no; [ "$pid" -gt 0 ] && nsenter -t $pid -n iptables -S CRIU >/dev/null 2>&1 && chain=yes; echo "chain=$chain"
+  stopped=no  # every process of the container stopped (state T), as a dump leaves them
+  if [ "$pid" -gt 0 ]; then
+    stopped=yes; for p in $(procs $pid); do grep -q '^State:[[:space:]]*[tT]' /proc/$p/status 2>/dev/null || stopped=no; done
+  fi; echo "stopped=$stopped"
   dump=no; [ -f "$dir/dump/inventory.img" ] && [ -f "$ck/descriptors.json" ] && dump=yes; echo "dump=$dump"
   pages=no; ls "$dir"/images/pages-*.img >/dev/null 2>&1 && pages=yes; echo "pages=$pages"
   complete=no; [ -f "$dir/images/inventory.img" ] && [ -f "$ck/descriptors.json" ] && complete=yes

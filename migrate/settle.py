@@ -418,12 +418,13 @@ class Settler:
 
 
 def _copy(d: dict[str, Any], facts: Facts) -> Copy:
-    """Docker's state plus CRIU's marks: a "running" container whose network CRIU locked was dumped
-    and left stopped (or its lazy dump failed); one restored post-copy whose page transfer ended
-    early runs with holes in its memory."""
+    """Docker's state plus CRIU's marks: a "running" container whose network CRIU locked, or whose
+    processes are all stopped beside this migration's finished dump, was dumped and left stopped
+    (or its lazy dump failed); one restored post-copy whose page transfer ended early runs with
+    holes in its memory."""
     if not d["State"]["Running"]:
         return Copy.STOPPED
-    if facts.locked_net:
+    if facts.locked_net or (facts.stopped and facts.dump):
         return Copy.DUMPED
     return Copy.PARTIAL if facts.lazy is LazyPages.CUT else Copy.RUNNING
 

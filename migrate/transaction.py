@@ -536,7 +536,7 @@ class Migration:
         tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
             src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
-                               *tcp]),
+                               "network-lock iptables", *tcp]),
             dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines, *tcp]))
         return f"{'post-copy from' if self.post_copy else 'page server on'} port {self.port}"
 

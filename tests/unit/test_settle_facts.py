@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,9 +20,10 @@ import pytest
 
 from peakpack.db.store import Store
 from peakpack.migrate.batch import reconcile_migrations
-from peakpack.migrate.criu import NODE_SCRIPT
+from peakpack.migrate.criu import NODE_SCRIPT, Facts, LazyPages
+from peakpack.migrate.resolve import Copy as ResolvedCopy
 from peakpack.migrate.resolve import Images
-from peakpack.migrate.settle import PROCESSES_ARGV, MigrationFacts, Settler, in_flight
+from peakpack.migrate.settle import PROCESSES_ARGV, MigrationFacts, Settler, _copy, in_flight
 from peakpack.orchestrator.domain.settings import MigrationSettings
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EngineNotFound
@@ -318,3 +319,14 @@ def test_one_migration_that_cannot_be_reconciled_leaves_the_others_settled(store
     assert states == {broken: MigrationState.IN_DOUBT, fine: MigrationState.ROLLED_BACK}
     [doubt] = [s for s in store.migrations.steps(broken) if s.step == "in_doubt"]
     assert "reconciling failed (KeyError" in (doubt.detail or "")
+
+
+def test_a_source_dumped_under_another_network_lock_is_still_known_dumped() -> None:
+    """Every process stopped beside this migration's finished dump is a dumped source, whatever lock
+    CRIU put on its network (the migration's block says iptables; an older or foreign one may not)."""
+    running = {"State": {"Running": True}}
+    base = Facts(now=0.0, locked_net=False, stopped=True, dump=True, pages=False, complete=False,
+                 lazy=LazyPages.NONE, armed=False)
+    assert _copy(running, base) is ResolvedCopy.DUMPED
+    assert _copy(running, replace(base, dump=False)) is ResolvedCopy.RUNNING  # stopped by someone else
+    assert _copy(running, replace(base, stopped=False, locked_net=True)) is ResolvedCopy.DUMPED

@@ -26,6 +26,7 @@ from . import (
     serve,
     service,
     simulate,
+    tls,
     web,
 )
 from .common import err
@@ -53,6 +54,7 @@ app.add_typer(qos.app, name="qos")
 app.add_typer(service.app, name="service")
 app.add_typer(config.app, name="config")
 app.add_typer(compose.app, name="compose")
+app.add_typer(tls.app, name="tls")
 
 
 def fail(message: str) -> None:
