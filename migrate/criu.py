@@ -220,12 +220,14 @@ class Facts:
     complete: bool        # all a restore reads: pages, metadata, and Docker's renamed checkpoint folder
     lazy: LazyPages
     armed: bool           # the node's lock, a runc.conf block or a daemon of this migration is there
+    frozen: bool = False  # the container's cgroup is frozen (a post-copy source, `NodeCriu.freeze`)
 
 
 def parse_facts(node: str, text: str) -> Facts:
     f = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
     try:
         return Facts(now=float(f["now"]), locked_net=f["chain"] == "yes", stopped=f.get("stopped") == "yes",
+                     frozen=f.get("frozen") == "yes",
                      dump=f["dump"] == "yes",
                      pages=f["pages"] == "yes", complete=f["complete"] == "yes", lazy=LazyPages(f["lazy"]),
                      armed=f["armed"] == "yes")
@@ -258,6 +260,28 @@ fence() {
     exit 7
   fi
 }
+# A container is frozen in a freezer cgroup of its own below its cgroup ($HOLD): whatever writes the
+# container's own freezer (CRIU, runc, Docker) cannot thaw it. `hold_dir PID`: that folder;
+# `frozen PID`: its processes are there and it is frozen; `thaw PID`: back in their cgroup, thawed.
+HOLD=peakpack-hold
+cgroup_of() {  # PID: the folder of its freezer cgroup (v1), or of its cgroup (v2)
+  p=$(awk -F: '$2 ~ /(^|,)freezer(,|$)/ {print $3; exit}' /proc/$1/cgroup 2>/dev/null)
+  if [ -n "$p" ]; then echo "/sys/fs/cgroup/freezer${p%/$HOLD}"
+  else p=$(awk -F: '$1 == "0" {print $3; exit}' /proc/$1/cgroup 2>/dev/null); echo "/sys/fs/cgroup${p%/$HOLD}"; fi
+}
+hold_dir() { echo "$(cgroup_of $1)/$HOLD"; }
+frozen() {
+  d=$(hold_dir $1)
+  grep -qx "$1" "$d/tasks" "$d/cgroup.procs" 2>/dev/null || return 1
+  grep -qx 'FROZEN\|1' "$d/freezer.state" "$d/cgroup.freeze" 2>/dev/null
+}
+thaw() {
+  d=$(hold_dir $1); [ -d "$d" ] || return 0
+  if [ -f "$d/freezer.state" ]; then echo THAWED > "$d/freezer.state"; list=tasks
+  else echo 0 > "$d/cgroup.freeze"; list=cgroup.procs; fi
+  for p in $(cat "$d/$list"); do echo $p > "${d%/$HOLD}/$list" 2>/dev/null; done
+  rmdir "$d" 2>/dev/null; true
+}
 alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }
 procs() {
   ns=$(readlink /proc/$1/ns/pid) || return 0
@@ -288,7 +312,8 @@ start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own 
   exit 1
 }
 cmd=$1; shift
-case $cmd in write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker) fence;; esac
+case $cmd in write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker|freeze|thaw)
+  fence;; esac
 case $cmd in
 preflight)  # [PID]: this node's facts, and the processes of the container whose init is PID
   echo "now $(date +%s)"
@@ -369,10 +394,23 @@ receive)  # DIR CHECKPOINT: stdin (send's output) into DIR/images and Docker's C
   in="$1/incoming"; rm -rf "$in" "$2.partial"; mkdir -p "$in" "$1/images" "$2.partial" &&
   base64 -d | tar -x -C "$in" && cp -a "$in"/dump/. "$1/images/" && mv "$in"/descriptors.json "$2.partial/" &&
   rm -rf "$in" && mv -T "$2.partial" "$2";;
-resume)  # PID: undo leave-stopped: CRIU's network lock out of the container's namespace, SIGCONT all
+freeze)  # PID: the container's processes in a frozen cgroup of their own (a dumped source then runs
+  # no more, whatever CRIU does with it)
+  d=$(hold_dir $1); mkdir -p "$d" || exit 1
+  if [ -f "$d/freezer.state" ]; then f=$d/freezer.state on=FROZEN list=tasks
+  else f=$d/cgroup.freeze on=1 list=cgroup.procs; fi
+  echo $on > "$f" || exit 1
+  for p in $(cat "${d%/$HOLD}/$list"); do echo $p > "$d/$list" || exit 1; done
+  n=0; while ! grep -qx "$on" "$f" && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
+  frozen $1 || { echo "its processes did not freeze ($f: $(cat "$f"))"; exit 1; };;
+thaw)  # PID: the container's cgroup thawed (nothing when it is not frozen)
+  thaw $1;;
+resume)  # PID: undo leave-stopped: CRIU's network lock out of the container's namespace, its cgroup
+  # thawed (a post-copy source), SIGCONT all
   for t in iptables ip6tables; do
     nsenter -t $1 -n sh -c "$t -D INPUT -j CRIU; $t -D OUTPUT -j CRIU; $t -F CRIU; $t -X CRIU" >/dev/null 2>&1
   done
+  thaw $1
   for p in $(procs $1); do kill -CONT $p 2>/dev/null; done
   if nsenter -t $1 -n iptables -S CRIU >/dev/null 2>&1; then echo "CRIU's network lock is still there"; exit 1; fi;;
 answering)  # PID ADDRESS:PORT...: those that accept a TCP connection within 3 s from the network
@@ -384,9 +422,11 @@ facts)  # MID DIR CHECKPOINT PID: what settling reads (Facts)
   mid=$1 dir=$2 ck=$3 pid=$4
   echo "now=$(date +%s.%N)"
   chain=no; [ "$pid" -gt 0 ] && nsenter -t $pid -n iptables -S CRIU >/dev/null 2>&1 && chain=yes; echo "chain=$chain"
+  frozen=no; [ "$pid" -gt 0 ] && frozen $pid && frozen=yes; echo "frozen=$frozen"
   stopped=no  # every process of the container stopped (state T), as a dump leaves them
   if [ "$pid" -gt 0 ]; then
-    stopped=yes; for p in $(procs $pid); do grep -q '^State:[[:space:]]*[tT]' /proc/$p/status 2>/dev/null || stopped=no; done
+    stopped=yes
+    for p in $(procs $pid); do grep -q '^State:[[:space:]]*[tT]' /proc/$p/status 2>/dev/null || stopped=no; done
   fi; echo "stopped=$stopped"
   dump=no; [ -f "$dir/dump/inventory.img" ] && [ -f "$ck/descriptors.json" ] && dump=yes; echo "dump=$dump"
   pages=no; ls "$dir"/images/pages-*.img >/dev/null 2>&1 && pages=yes; echo "pages=$pages"
@@ -542,6 +582,14 @@ class NodeCriu:
 
     async def resume(self, pid: int) -> None:
         await self.run("resume", pid)
+
+    async def freeze(self, pid: int) -> None:
+        """The container's cgroup frozen: a post-copy source whose page transfer fails is resumed by
+        CRIU itself (it switches the tasks back to alive), and must not run while the target may."""
+        await self.run("freeze", pid)
+
+    async def thaw(self, pid: int) -> None:
+        await self.run("thaw", pid)
 
     async def docker(self, *args: str, timeout: float) -> None:
         """The node's docker CLI (the SDK has no checkpoint verbs), under this migration's fence."""

@@ -279,6 +279,7 @@ class Settler:
         match d.move:
             case Move.FINISH:
                 await self._links_down(src)
+                await self._thaw(src)  # a frozen copy cannot be killed
                 await self.engines.call(src, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_FORWARD:
                 await self._finalize_target()
@@ -287,6 +288,7 @@ class Settler:
                     await (await self.segment(src)).diverged()
                 await self.engines.call(dst, lambda api: api.remove_container(self.container, force=True))
             case Move.DONE_BACK:
+                await self._thaw(src)
                 await self._links_up(src)
                 await self._remove_checkpoint(src)
                 await self._remove_volumes(dst)
@@ -348,6 +350,12 @@ class Settler:
         except NodeError:
             pass
         return True
+
+    async def _thaw(self, node: str) -> None:
+        """A post-copy source's cgroup thawed (`NodeCriu.freeze`), if its copy is there."""
+        d = await self.engines.inspect_container_or_none(node, self.container)
+        if d is not None and d["State"]["Running"]:
+            await (await self.criu(node)).thaw(int(d["State"]["Pid"]))
 
     async def _links_up(self, node: str) -> None:
         """A copy that runs on `node` at the end has its moving addresses' links up (CRIU itself

@@ -557,6 +557,9 @@ class Migration:
             if self._dump.done():
                 self._dump.result()  # its error, if any
                 raise MigrationError(f"{self.container}: the lazy dump on {self.source} ended before serving pages")
+            # CRIU itself switches a source whose page transfer fails back to alive, while the target
+            # may run from the pages it has: frozen, the source runs no more until settling says so
+            await self.src_criu.freeze(int(self.src["State"]["Pid"]))
         else:
             await dump
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000

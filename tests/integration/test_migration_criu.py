@@ -235,6 +235,30 @@ def test_post_copy_moves_a_counter_and_all_of_its_memory(criu_lab: Lab, memhold:
     assert "post-copy" in journal["preflight"] and "every page arrived" in journal["verifying"]
 
 
+def test_a_post_copy_transfer_cut_never_leaves_two_live_copies(criu_lab: Lab, memhold: Path, tmp_path: Path) -> None:
+    """The target runs from the pages it has when its page transfer is cut (its lazy-pages daemon
+    killed): CRIU then switches the source back to alive by itself, but the source was frozen in a
+    cgroup of its own once its dump was ready, so it does not run while the target does; settling
+    removes the target (its memory has holes) and resumes the source with all of its memory."""
+    lab = criu_lab
+    before = start(lab, memhold, 64)
+    seen: dict[str, object] = {}
+
+    async def cut_the_transfer(step: str) -> None:
+        if step == "verifying":  # restored on node-2; the source serves the rest of its pages
+            subprocess.run(["pkill", "-KILL", "-f", f"criu lazy-pages .*{lab.node('node-2').docker_root}/"])
+            time.sleep(1.5)  # the source's CRIU has lost its page transfer and resumed the source by now
+            first = counter(lab, "node-1")
+            time.sleep(1.0)
+            seen["source moved"] = counter(lab, "node-1") != first
+            seen["target"] = copies(lab).get("node-2")
+
+    result = migrate(lab, tmp_path / "pp.db", cut_the_transfer, MigrationSettings(grace_seconds=1.0, post_copy=True))
+    assert seen == {"source moved": False, "target": "running"}  # one live copy, never two
+    assert result.state is MigrationState.ROLLED_BACK, result.reason
+    assert_runs_once_with_its_state(lab, "node-1", before)
+
+
 def test_post_copy_is_never_used_for_a_critical_container(criu_lab: Lab, memhold: Path, tmp_path: Path) -> None:
     lab = criu_lab
     before = start(lab, memhold, 16, "--label", f"{CRITICAL_LABEL}=true")
