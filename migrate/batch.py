@@ -26,7 +26,7 @@ from peakpack.orchestrator.remote.docker_api import EnginePool
 from . import moved
 from .criu import NodeCriu
 from .hold import set_hold
-from .settle import MigrationFacts, PowerProbe, Settler
+from .settle import RESTORE_FAILED, MigrationFacts, PowerProbe, Settler
 from .transaction import Migration
 
 ACTION_STATE = {
@@ -142,8 +142,9 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
     else:
         checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
+        failed_restores = sum(1 for s in steps if RESTORE_FAILED in (s.detail or ""))
         settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings,
-                          guard=store.check_fence, token=store.fencing_token or 0)
+                          guard=store.check_fence, token=store.fencing_token or 0, failed_restores=failed_restores)
         why = ("in doubt until both nodes could be judged" if m.state is MigrationState.IN_DOUBT
                else f"the controller stopped during {m.state.value}")
         state, reason = await settler.run(checkpointed, why)

@@ -282,6 +282,18 @@ thaw() {
   for p in $(cat "$d/$list"); do echo $p > "${d%/$HOLD}/$list" 2>/dev/null; done
   rmdir "$d" 2>/dev/null; true
 }
+# image_path ID: the folder a running `runc checkpoint` of container ID dumps descriptors.json into
+# (containerd's work folder, /tmp/ctrd-checkpoint*, which containerd leaves behind)
+image_path() {
+  ps -e -ww -o args= | awk -v id="$1" '$0 ~ / checkpoint / && $NF == id {
+    for (i = 1; i < NF; i++) if ($i == "--image-path") print $(i+1) }' | head -1
+}
+# `mark DIR` before a checkpoint or restore, `leftovers DIR` after it: the work folders dockerd and
+# containerd made meanwhile in their temp folders and leave behind (ctrd-checkpoint*, with a copy
+# of descriptors.json) are noted in DIR/leftovers, which `remove` takes with DIR
+tmps() { echo "/tmp/ctrd-checkpoint* ${1%/peakpack-criu/*}/tmp/ctrd-checkpoint*"; }
+mark() { mkdir -p "$1"; ls -d $(tmps "$1") 2>/dev/null | sort > "$1/leftovers.before"; }
+leftovers() { ls -d $(tmps "$1") 2>/dev/null | sort | comm -13 "$1/leftovers.before" - >> "$1/leftovers"; }
 alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }
 procs() {
   ns=$(readlink /proc/$1/ns/pid) || return 0
@@ -312,8 +324,8 @@ start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own 
   exit 1
 }
 cmd=$1; shift
-case $cmd in write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker|freeze|thaw)
-  fence;; esac
+case $cmd in write|page-server|lazy-pages|stop|checkpoint|receive|resume|abort|make|remove|fence|docker|freeze|\
+  thaw|restore) fence;; esac
 case $cmd in
 preflight)  # [PID]: this node's facts, and the processes of the container whose init is PID
   echo "now $(date +%s)"
@@ -352,9 +364,13 @@ abort)  # FILTER: a dump still running fails now (its sockets destroyed): CRIU r
   ss -K -Htn "$1"; ss -K -Hltn "$1"; true;;
 make)  # DIR
   mkdir -p -- "$1";;
-docker)  # ARGS...: the node's docker CLI (a start from a checkpoint), fenced like every step
+docker)  # ARGS...: the node's docker CLI, fenced like every step
   exec docker "$@";;
-remove)  # DIR
+restore)  # DIR CHECKPOINT NAME: `docker start --checkpoint`, its work folders noted in DIR
+  mark "$1"; docker start --checkpoint "$2" "$3"; rc=$?; leftovers "$1"; exit $rc;;
+remove)  # DIR: this migration's folder, and the work folders its checkpoint left (noted there)
+  while read -r p; do case $p in */ctd-checkpoint*|*/ctrd-checkpoint*) rm -rf -- "$p";; esac; done \
+    < "$1/leftovers" 2>/dev/null
   rm -rf -- "$1";;
 lease)  # this node's lease, as it is: "MID ROLE TOKEN EXPIRES NOW", or "- NOW" when there is none
   if [ -s $LOCK ]; then echo "$(cat $LOCK) $(date +%s)"; else echo "- $(date +%s)"; fi;;
@@ -376,18 +392,24 @@ wait-lazy)  # DIR SECS: until the lazy-pages daemon has ended (it writes its sta
     sleep 0.1; n=$((n+1)); done;;
 stop)  # DIR: kill this migration's daemons (their process groups)
   for n in page-server lazy-pages; do ours "$1/$n.pid" "$1" && kill -KILL -- -$(cat "$1/$n.pid"); done; true;;
-checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER: dump, left stopped; at SECS, `ss -K` FILTER's sockets
+checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER ID DIR: dump, left stopped; at SECS, `ss -K` FILTER's
+  # sockets. The work folders containerd and dockerd make for it and leave behind (ctd-checkpoint*,
+  # ctrd-checkpoint* in their temp folder) are noted in DIR/leftovers: `remove` takes them with DIR
+  mark "$7"
   docker checkpoint create --leave-running "$1" "$2" &
   d=$!
+  ( n=0; while [ $n -lt 1200 ] && alive $d; do
+      p=$(image_path "$6"); [ -n "$p" ] && { echo "$p" >> "$7/leftovers"; exit 0; }; sleep 0.05; n=$((n+1))
+    done ) &
   setsid sh -c 'sleep "$1"; read -r m r t e st < '$LOCK' && [ "$m $r $st" = "$2 " ] || exit 0
                 ss -K -Htn "$3"; ss -K -Hltn "$3"' watchdog "$3" "$4" "$5" </dev/null >/dev/null 2>&1 &
   w=$!
   wait $d; rc=$?
   kill -- -$w 2>/dev/null
+  leftovers "$7"
   exit $rc;;
 image-path)  # CONTAINER_ID: the folder runc dumps descriptors.json into while a checkpoint runs
-  ps -e -ww -o args= | awk -v id="$1" '$0 ~ / checkpoint / && $NF == id {
-    for (i = 1; i < NF; i++) if ($i == "--image-path") print $(i+1) }' | head -1;;
+  image_path "$1";;
 send)  # DIR DESCRIPTORS: the dump's metadata and Docker's descriptors.json, synced, as a tar (base64)
   sync -- "$1"/dump/* "$2" && tar -c -C "$1" dump -C "${2%/*}" "${2##*/}" | base64 -w0;;
 receive)  # DIR CHECKPOINT: stdin (send's output) into DIR/images and Docker's CHECKPOINT folder
@@ -557,11 +579,14 @@ class NodeCriu:
         await self.run("wait-lazy", self.dir, round(seconds), timeout=seconds + 30)
         return (await self.facts("", 0)).lazy
 
-    async def checkpoint(self, container: str, checkpoint: str, seconds: float, socket_filter: str) -> None:
+    async def checkpoint(self, container: str, container_id: str, checkpoint: str, seconds: float,
+                         socket_filter: str) -> None:
         """`docker checkpoint create --leave-running` (runc.conf's leave-stopped keeps it stopped),
-        aborted on the node at `seconds` by destroying `socket_filter`'s sockets if still running."""
+        aborted on the node at `seconds` by destroying `socket_filter`'s sockets if still running;
+        the work folders containerd and dockerd leave for it are noted in this migration's folder,
+        and `remove` takes them with it."""
         await self.run("checkpoint", container, checkpoint, round(seconds), f"{self.key} source", socket_filter,
-                       timeout=seconds + 60)
+                       container_id, self.dir, timeout=seconds + 60)
 
     async def listening(self, port: int) -> bool:
         """Whether something listens on `port` here (a lazy dump waiting for its pages' fetcher)."""
@@ -592,11 +617,20 @@ class NodeCriu:
         await self.run("thaw", pid)
 
     async def docker(self, *args: str, timeout: float) -> None:
-        """The node's docker CLI (the SDK has no checkpoint verbs), under this migration's fence."""
-        res = await self._exec("docker", *args, timeout=timeout)
+        """The node's docker CLI, under this migration's fence."""
+        await self._docker(["docker", *args], "docker", *args, timeout=timeout)
+
+    async def restore(self, checkpoint: str, container: str, timeout: float) -> None:
+        """`docker start --checkpoint` (the SDK has no checkpoint verbs), under this migration's fence;
+        the work folders it leaves are noted for `remove`."""
+        await self._docker(["docker", "start", "--checkpoint", checkpoint, container], "restore", self.dir,
+                           checkpoint, container, timeout=timeout)
+
+    async def _docker(self, shown: list[str], *args: str, timeout: float) -> None:
+        res = await self._exec(*args, timeout=timeout)
         if not res.ok:
             said = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
-            raise NodeError(self.node, f"`docker {' '.join(args)}` failed: {said[0][:300]}")
+            raise NodeError(self.node, f"`{' '.join(shown)}` failed: {said[0][:300]}")
 
     async def answering(self, pid: int, addresses: Sequence[str]) -> set[str]:
         """Which of `addresses` ('ADDRESS:PORT') accept a TCP connection from the network namespace

@@ -40,6 +40,11 @@ from .segment import NodeSegment
 #: node -> True/False (its BMC's power state) or None (no BMC / unreadable); power/ supplies it
 PowerProbe = Callable[[str], bool | None]
 MAX_ROUNDS = 8
+#: a restore of the target that failed this many times (across reconciliations) is not tried again:
+#: an operator must look (its checkpoint or the node is broken; retrying forever helps no one)
+MAX_RESTORES = 3
+#: how a failed restore reads in the journal (`Settler.run`'s IN_DOUBT reason), which counts them
+RESTORE_FAILED = f"{Move.RESTORE_TARGET.value} failed"
 NO_RESTART = {"Name": "no", "MaximumRetryCount": 0}
 #: One SSH command: this session's network namespace, then every process's namespace and command
 #: line, untruncated (`in_flight` reads it).
@@ -149,6 +154,8 @@ class Settler:
     #: the store's lease token this process holds: every round renews the migration's node leases
     #: with it, and node-side steps carry it, so a node refuses a controller that was replaced
     token: int = 0
+    #: restores of the target that failed before (the journal's count of `RESTORE_FAILED`)
+    failed_restores: int = 0
     _roots: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -225,6 +232,11 @@ class Settler:
                 return MigrationState.IN_DOUBT, _join(note, d.why)
             if d.move is Move.LOST:
                 return MigrationState.ROLLBACK_FAILED, _join(note, d.why)
+            if d.move is Move.RESTORE_TARGET and self.failed_restores >= MAX_RESTORES:
+                return MigrationState.ROLLBACK_FAILED, _join(note, (
+                    f"the restore on {self.target} failed {self.failed_restores} times: an operator must look (its "
+                    f"checkpoint is in peakpack-criu/{self.migration_id}/ of {self.target}'s docker root; restore "
+                    f"it by hand, or `docker start {self.container}` there to start it fresh)"))
             self.guard()
             try:
                 await self._renew()
@@ -384,8 +396,11 @@ class Settler:
             await criu.disarm()
 
     async def _start(self, node: str, checkpoint: bool = False) -> None:
-        argv = ["start", *(["--checkpoint", self.checkpoint] if checkpoint else []), self.container]
-        await (await self.criu(node)).docker(*argv, timeout=self.restore_timeout)
+        criu = await self.criu(node)
+        if checkpoint:
+            await criu.restore(self.checkpoint, self.container, timeout=self.restore_timeout)
+        else:
+            await criu.docker("start", self.container, timeout=self.restore_timeout)
         await self._announce(node)
         await asyncio.sleep(0.3)  # a restore that dies at once shows as stopped when observed next
 

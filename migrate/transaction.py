@@ -549,7 +549,8 @@ class Migration:
         t0 = time.monotonic()
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
-        dump = self.src_criu.checkpoint(self.container, checkpoint_name(self.mid), deadline, self._sockets)
+        dump = self.src_criu.checkpoint(self.container, str(self.src["Id"]), checkpoint_name(self.mid), deadline,
+                                        self._sockets)
         if self.post_copy:
             self._dump = asyncio.ensure_future(dump)
             while not self._dump.done() and not await self.src_criu.listening(self.port):
@@ -606,8 +607,7 @@ class Migration:
         """UNFREEZE: the target restored from the images its runc.conf block points CRIU at; then
         its block is stripped (post-copy: its lazy-pages daemon goes on feeding it)."""
         t0 = time.monotonic()
-        await self.dst_criu.docker("start", "--checkpoint", checkpoint_name(self.mid), self.container,
-                                   timeout=self.restore_timeout())
+        await self.dst_criu.restore(checkpoint_name(self.mid), self.container, timeout=self.restore_timeout())
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000

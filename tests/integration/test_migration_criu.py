@@ -138,6 +138,27 @@ def test_512_mb_of_memory_arrive_intact(criu_lab: Lab, memhold: Path, tmp_path: 
     assert "pages to the target" in steps(tmp_path / "pp.db", result.migration_id)["preflight"]
 
 
+def test_containerds_work_folder_for_the_checkpoint_goes_with_the_migration(criu_lab: Lab, memhold: Path,
+                                                                            tmp_path: Path) -> None:
+    """`docker checkpoint create` leaves dockerd's and containerd's work folders (/tmp/ctrd-checkpoint*
+    with a descriptors.json, ctd-checkpoint*) behind on the source, successful ones included: the
+    migration notes them and removes them when it is settled."""
+    lab = criu_lab
+    start(lab, memhold, 16)
+    seen: dict[str, list[Path]] = {}
+
+    async def note(step: str) -> None:
+        if step == "verifying":  # dumped and restored: each node noted the folders in the migration's
+            for n in ("node-1", "node-2"):
+                for noted in (lab.node(n).docker_root / "peakpack-criu").glob("*/leftovers"):
+                    seen.setdefault("folders", []).extend(Path(p) for p in noted.read_text().split())
+
+    result = migrate(lab, tmp_path / "pp.db", note)
+    assert result.state is MigrationState.SUCCEEDED, result.reason
+    assert any(f.name.startswith("ctrd-checkpoint") for f in seen["folders"]), seen
+    assert not [f for f in seen["folders"] if f.exists()]
+
+
 def test_a_failure_after_the_dump_resumes_the_source_in_place(criu_lab: Lab, memhold: Path, tmp_path: Path) -> None:
     """The source is dumped and stopped, then the target's disk is full: the metadata and the files
     cannot land there. The source, which still holds all of its memory, is resumed where it is."""

@@ -67,7 +67,7 @@ def test_the_fence_is_checked_before_every_action_of_a_settling(tmp_path: Path) 
 
     async def run_and_lose(self: FakeNodes, node: str, argv: list[str], **kw: object) -> object:
         result = await run(self, node, argv, **kw)  # type: ignore[arg-type]
-        if "start" in argv and "--checkpoint" in argv:  # meanwhile another controller takes over
+        if "restore" in argv:  # `docker start --checkpoint` by the node script: meanwhile another takes over
             new.fence(new.lease.acquire("serve@new:1:x:y", 60, replacing="serve@old:1:x:y"))
         return result
 

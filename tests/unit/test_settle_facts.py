@@ -87,6 +87,7 @@ class Copy:
     armed: bool = False           # the migration's lock, block or daemon is on its node
     processes: list[str] = field(default_factory=list)
     error: Exception | None = None  # what inspect raises
+    broken: bool = False          # its restore fails every time (a checkpoint CRIU cannot restore)
 
     def __post_init__(self) -> None:
         self.started = time.time() - self.ran_s
@@ -134,6 +135,8 @@ class FakeNodes:
             argv = ["criu", *argv[4:]]
             if argv[1] == "docker":  # the node's docker CLI, under the migration's fence
                 argv = argv[1:]
+            elif argv[1] == "restore":  # `docker start --checkpoint`, its leftovers noted
+                argv = ["docker", "start", "--checkpoint", argv[3], argv[4]]
         c = self._copy(node)
         if argv[:2] == ["criu", "facts"]:
             armed = c is not None and c.armed
@@ -153,6 +156,8 @@ class FakeNodes:
         if argv[:2] == ["criu", "resume"] and c is not None:
             c.dumped = False
         if argv[:2] == ["docker", "start"]:
+            if self.copies[(node, argv[-1])].broken:
+                return CommandResult(1, "", "Error response from daemon: failed to restore: criu failed")
             self.copies[(node, argv[-1])].running = True
         return CommandResult(0, "", "")
 
@@ -330,3 +335,18 @@ def test_a_source_dumped_under_another_network_lock_is_still_known_dumped() -> N
     assert _copy(running, base) is ResolvedCopy.DUMPED
     assert _copy(running, replace(base, dump=False)) is ResolvedCopy.RUNNING  # stopped by someone else
     assert _copy(running, replace(base, stopped=False, locked_net=True)) is ResolvedCopy.DUMPED
+
+
+def test_a_restore_that_fails_every_time_is_handed_to_an_operator(store: Store) -> None:
+    """Nothing runs anywhere and the target holds the complete checkpoint, but CRIU cannot restore it:
+    tried at three reconciliations, then the migration ends ROLLBACK_FAILED saying so (not retried
+    every epoch forever)."""
+    mid = open_migration(store, "web")
+    nodes = FakeNodes({("node-2", "web"): Copy(DST_ID, running=False, images=Images.COMPLETE, broken=True)})
+    for _ in range(3):
+        [line] = asyncio.run(reconcile_migrations(nodes, nodes, store))  # type: ignore[arg-type]
+        assert "IN_DOUBT: " in line and "restore_target failed" in line
+    [line] = asyncio.run(reconcile_migrations(nodes, nodes, store))  # type: ignore[arg-type]
+    assert "ROLLBACK_FAILED" in line and "failed 3 times: an operator must look" in line
+    assert {m.id: m.state for m in store.migrations.history()}[mid] is MigrationState.ROLLBACK_FAILED
+    assert asyncio.run(reconcile_migrations(nodes, nodes, store)) == []  # settled: never tried again
