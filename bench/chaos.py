@@ -5,10 +5,13 @@ root and scripts/install-system-deps.sh).
     .venv/bin/python bench/chaos.py [--migrations 100] [--seed 1] [--max-minutes 80] [--dir DIR]
 
 Three containers with an in-memory counter (each prints "<process id> <count>") are moved around a
-3-node lab. Per migration: a random container, a random target, a random fault (network partition,
-dockerd killed, a full disk, a power cut of the source or the target, the migrating process killed
-with SIGKILL, or none) injected at a random step after a random delay of up to a second, from a
-thread (so it lands within the step, not only at its start). `--migrations` counts the faulted
+3-node lab, with the inventory's defaults (TLS on every page stream). Per migration: a random
+container, a random target, a random fault (network partition, dockerd killed, a full disk, a power
+cut of the source or the target, the migrating process killed with SIGKILL, a second controller
+taking the store's lease over and settling the migration while the first goes on until it is
+fenced, or none) injected at a random step after a random delay of up to a second, from a thread
+(so it lands within the step, not only at its start). The migrating controller holds the store's
+lease ("chaos-a"), the reconciling one takes it over ("chaos-b"), as a standby would. `--migrations` counts the faulted
 ones, those whose fault fired (a step may never come, or a migration may end before the delay);
 the others run too and are counted apart. Then every fault is undone,
 reconciliation runs until nothing is unsettled, and every container is checked:
@@ -48,6 +51,8 @@ from peakpack.lab.node import start_node, stop_node
 from peakpack.migrate.batch import reconcile_migrations
 from peakpack.migrate.transaction import Migration
 from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.orchestrator.domain.errors import FencedError
+from peakpack.orchestrator.domain.model import Inventory
 from peakpack.orchestrator.domain.records import MigrationRecord, StepRecord
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
@@ -57,7 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 IMAGE = "peakpack/busybox:lab"
 COUNTER = 'id=$RANDOM; i=0; while :; do i=$((i+1)); echo "$id $i"; sleep 0.1; done'
 STEPS = ("creating", "precopy", "arming", "checkpointing", "transferring", "restoring", "verifying", "settling")
-FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill")
+FAULTS = ("none", "partition", "kill-dockerd", "fill-disk", "power-cut", "sigkill", "takeover")
 KILLED = """
 import os, signal, sys, threading
 from peakpack.db.store import Store
@@ -91,6 +96,22 @@ def where(lab: Lab, name: str) -> dict[str, bool]:
 def process_id(lab: Lab, node: str, name: str) -> int | None:
     out = lab.exec(node, ["docker", "logs", "--tail", "1", name], timeout=60).stdout.split()
     return int(out[0]) if out else None
+
+
+def lead(store: Store, owner: str, other: str) -> Store:
+    """`store` fenced with the lease `owner` takes over from `other` (as a standby would)."""
+    token = store.lease.acquire(owner, 600, replacing=other)
+    if token is None:
+        raise SystemExit(f"{owner} could not take the lease")
+    store.fence(token)
+    return store
+
+
+def take_over(inv: Inventory, db: str, probe: object) -> None:
+    """A second controller takes the lease and settles what is open, while the first goes on."""
+    with RemoteShell(inv) as shell, Store.open(db) as store:
+        shell.call(reconcile_migrations(shell.pool, shell.engines, lead(store, "chaos-b", "chaos-a"), probe,
+                                        inventory=inv))
 
 
 def inject(lab: Lab, kind: str, node: str) -> None:
@@ -169,7 +190,8 @@ def main() -> None:
             target = rng.choice([n.name for n in lab.layout.nodes if n.name != source])
             kind, step, delay = rng.choice(FAULTS), rng.choice(STEPS), rng.uniform(0, 1.0)
             side = rng.choice((source, target))
-            label = kind if kind in ("none", "sigkill") else f"{kind} ({'source' if side == source else 'target'})"
+            label = kind if kind in ("none", "sigkill", "takeover") else \
+                f"{kind} ({'source' if side == source else 'target'})"
             hit_at: list[float] = []
             hit_wall: list[datetime] = []
             threads: list[threading.Thread] = []
@@ -187,14 +209,20 @@ def main() -> None:
                         def later() -> None:
                             time.sleep(delay)
                             hit_wall.append(datetime.now(UTC))
-                            inject(lab, kind, side)
                             hit_at.append(time.monotonic())
+                            if kind == "takeover":
+                                take_over(inv, db, probe)
+                            else:
+                                inject(lab, kind, side)
                         threads.append(threading.Thread(target=later, daemon=True))
                         threads[-1].start()
 
                 with RemoteShell(inv) as shell, Store.open(db) as store:
-                    shell.call(Migration(shell.pool, shell.engines, store, inv, name, source, target, hook=hook,
-                                         bmc_power=probe).run())
+                    try:
+                        shell.call(Migration(shell.pool, shell.engines, lead(store, "chaos-a", "chaos-b"), inv, name,
+                                             source, target, hook=hook, bmc_power=probe).run())
+                    except FencedError:
+                        pass  # the second controller took over: it settles the migration
                 for t in threads:  # a fault scheduled late in the last step has landed before healing
                     t.join(300)
             if hit_at:  # a fault counts once it fired: its step may never come, or end first
@@ -202,8 +230,9 @@ def main() -> None:
                 faults[label] += 1
             heal(lab)
             with RemoteShell(inv) as shell, Store.open(db) as store:
+                lead(store, "chaos-b", "chaos-a")
                 for _ in range(5):
-                    shell.call(reconcile_migrations(shell.pool, shell.engines, store, probe))
+                    shell.call(reconcile_migrations(shell.pool, shell.engines, store, probe, inventory=inv))
                     if not store.migrations.unfinished():
                         break
                     time.sleep(3)
