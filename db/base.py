@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, Select, event, func, select, update
+from sqlalchemy import CursorResult, Engine, Result, Select, event, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from peakpack.orchestrator.domain.errors import FencedError
@@ -47,6 +47,11 @@ def _no_statement_write_in_a_read(state: Any) -> None:
     if state.is_insert or state.is_update or state.is_delete:
         raise RuntimeError("a write inside Repo._tx: use Repo._write so that it is fenced")
 
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched (SQLAlchemy types `execute` as a plain Result)."""
+    return cast("CursorResult[Any]", result).rowcount
 
 class Database:
     """One engine, its write and read sessions, and the lease token every write is fenced with."""
@@ -90,7 +95,7 @@ class Repo:
             if token is not None:
                 L = ControllerLeaseRow
                 ours = update(L).where(L.id == 1, L.token == token).values(token=L.token)
-                if session.execute(ours).rowcount != 1:
+                if rowcount(session.execute(ours)) != 1:
                     row = session.get(L, 1)
                     who = f"controller {row.holder}" if row is not None and row.holder else "another controller"
                     raise FencedError(f"{who} took over (lease token {row.token if row else '?'} > {token})")

@@ -2,6 +2,9 @@
 bridge with its own sshd, dockerd (--experimental, CRIU), IPMI BMC (pyghmi, UDP) and a
 powercap-style RAPL counter driven by its containers' CPU use."""
 
+if __name__ != "peakpack.lab":  # the folder is on the path too, beside peakpack/: one name only
+    raise ImportError(f"import peakpack.lab, not {__name__}: each module has one import name")
+
 from .faults import Fault
 from .lab import Lab
 from .layout import LabLayout, NodeLayout

@@ -11,8 +11,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from peakpack.orchestrator.domain import inputs
@@ -39,6 +41,9 @@ from .node import (
     stop_node,
     wait_for,
 )
+
+#: where progress lines and notices go (print, or the CLI's spinner)
+Log = Callable[[str], None]
 
 #: what peakpack's traffic measurement needs on a node (per network namespace; README)
 TRAFFIC_SYSCTLS = ("net.netfilter.nf_conntrack_acct=1", "net.netfilter.nf_conntrack_timestamp=1")
@@ -105,8 +110,8 @@ class Lab:
 
     # -- up -------------------------------------------------------------------------------------
 
-    def up(self, nodes: int = 3, cpus: int = 2, log=print, notice=None,  # type: ignore[no-untyped-def]
-           disk_gb: int = DISK_GB, memory_mb: int = 4096) -> LabLayout:
+    def up(self, nodes: int = 3, cpus: int = 2, log: Log = print, notice: Log | None = None,
+           disk_gb: int | None = None, memory_mb: int = 4096) -> LabLayout:
         """`log` gets progress lines (the CLI shows them in a passing spinner); `notice` (default:
         a line on stderr) gets what the operator must see afterwards, e.g. a file written outside
         the lab folder. Each node's docker data-root is its own `disk_gb` GiB ext4 filesystem; its
@@ -117,6 +122,7 @@ class Lab:
             raise LabError("lab up: needs root (network namespaces, dockerd); run it as root")
         inputs.LAB_NODES.check(nodes, "--nodes")
         inputs.NODE_CPUS.check(cpus, "--cpus")
+        disk_gb = DISK_GB if disk_gb is None else disk_gb  # None: the default size
         inputs.LAB_DISK_GB.check(disk_gb, "--disk-gb")
         inputs.LAB_MEMORY_MB.check(memory_mb, "--memory-mb")
         missing = [c for c in REQUIRED if shutil.which(c, path=DAEMON_PATH) is None]
@@ -149,7 +155,7 @@ class Lab:
             with ThreadPoolExecutor(max_workers=4) as pool:
                 list(pool.map(start_node, lab.nodes))
             for n in lab.nodes:
-                wait_for(lambda n=n: _port_open(n.address, 22), 30, f"{n.name}: sshd does not answer")
+                wait_for(partial(_port_open, n.address, 22), 30, f"{n.name}: sshd does not answer")
             log(f"image {LAB_IMAGE} on every node")
             tar = build_rootfs_tar(lab.dir / "busybox-rootfs.tar")
             with ThreadPoolExecutor(max_workers=4) as pool:
@@ -367,7 +373,7 @@ class Lab:
 
     # -- down -----------------------------------------------------------------------------------
 
-    def down(self, log=print) -> None:  # type: ignore[no-untyped-def]
+    def down(self, log: Log = print) -> None:
         lab = LabLayout.load(self.dir)
         if lab is None:
             log(f"lab down: nothing to do in {self.dir}")
@@ -401,7 +407,7 @@ class Lab:
         log(f"lab down: removed {lab.dir}")
 
 
-def seed_etc_criu(node: NodeLayout, log=print) -> None:  # type: ignore[no-untyped-def]
+def seed_etc_criu(node: NodeLayout, log: Log = print) -> None:
     """A node's /etc/criu starts as a copy of this host's (the operator's runc.conf and whatever
     else is there), with `tcp-close` written when there is no runc.conf; from then on it is the
     node's own: what a migration writes into it is seen by that node only."""
@@ -413,7 +419,7 @@ def seed_etc_criu(node: NodeLayout, log=print) -> None:  # type: ignore[no-untyp
     ensure_criu_config(written=log, kept=lambda _: None, path=node.etc_criu / "runc.conf")
 
 
-def raise_pipe_max_size(notice=print, path: Path = Path("/proc/sys/fs/pipe-max-size")) -> None:  # type: ignore[no-untyped-def]
+def raise_pipe_max_size(notice: Log = print, path: Path = Path("/proc/sys/fs/pipe-max-size")) -> None:
     """fs.pipe-max-size is one value for the whole host (not per namespace): raised to
     PIPE_MAX_SIZE when lower, never lowered, and left so by `lab down` (another lab may use it)."""
     old = int(path.read_text())
@@ -423,7 +429,7 @@ def raise_pipe_max_size(notice=print, path: Path = Path("/proc/sys/fs/pipe-max-s
                "whole host): post-copy migrations need it; `sysctl -w fs.pipe-max-size=1048576` puts it back")
 
 
-def ensure_criu_config(written=print, kept=print, path: Path = CRIU_RUNC_CONF) -> bool:  # type: ignore[no-untyped-def]
+def ensure_criu_config(written: Log = print, kept: Log = print, path: Path = CRIU_RUNC_CONF) -> bool:
     """Write `tcp-close` into runc's CRIU configuration if there is none; an existing file is the
     operator's and stays as it is. Says which through `written` or `kept`; returns whether it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)

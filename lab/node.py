@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from peakpack.orchestrator.domain.errors import PeakpackError
@@ -225,7 +226,7 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def wait_for(predicate, seconds: float, message: str) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], object], seconds: float, message: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():

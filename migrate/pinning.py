@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import Container, ContainerClass
@@ -108,6 +110,11 @@ async def node_cpus(ssh: SshPool, node: str) -> list[Cpu]:
     return parse_lscpu(node, res.stdout)
 
 
+def _set_cpuset(api: Any, *, name: str, cpus: str) -> None:
+    """One container's cpuset through the node's Engine API (docker's low-level client)."""
+    api.update_container(name, cpuset_cpus=cpus)
+
+
 async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Journal, node: str,
                         containers: list[Container]) -> dict[str, str]:
     """Set every container's cpuset on `node`; returns only those that changed."""
@@ -121,7 +128,7 @@ async def apply_pinning(ssh: SshPool, engines: EnginePool, store: Journal, node:
     for name, want in sorted(plan.items()):
         if name not in current or current[name] == want:
             continue
-        await engines.call(node, lambda api, n=name, w=want: api.update_container(n, cpuset_cpus=w))
+        await engines.call(node, partial(_set_cpuset, name=name, cpus=want))
         store.pinning.record(node, name, want)
         changed[name] = want
     return changed

@@ -54,13 +54,17 @@ def integrate_rapl(node: str, samples: Sequence[EnergySample], plan_id: int | No
     return EnergyRow(node=node, start=start, end=end, energy_j=total_uj / 1e6, source="rapl", plan_id=plan_id)
 
 
+def trapezoid_j(watts: Sequence[tuple[datetime, float]]) -> float:
+    """Joules of power readings (when, watts) in time order, by the trapezoid rule."""
+    return sum((t1 - t0).total_seconds() * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(watts, watts[1:]))
+
+
 def integrate_power(node: str, samples: Sequence[EnergySample], plan_id: int | None = None) -> EnergyRow | None:
     """DCMI watts by the trapezoid rule; None if fewer than two readings."""
     points = sorted((s for s in samples if s.source == "dcmi" and s.power_w is not None), key=lambda s: s.at)
     if len(points) < 2:
         return None
-    joules = sum((b.at - a.at).total_seconds() * (a.power_w + b.power_w) / 2  # type: ignore[operator]
-                 for a, b in zip(points, points[1:]))
+    joules = trapezoid_j([(s.at, s.power_w) for s in points if s.power_w is not None])
     return EnergyRow(node=node, start=points[0].at, end=points[-1].at, energy_j=joules, source="dcmi", plan_id=plan_id)
 
 

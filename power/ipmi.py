@@ -45,13 +45,14 @@ def _bmc(spec: NodeSpec) -> BmcConfig:
 
 
 def ipmitool(spec: NodeSpec, *command: str, timeout: float = 30) -> str:
-    argv = ipmitool_argv(_bmc(spec), *command)
+    bmc = _bmc(spec)
+    argv = ipmitool_argv(bmc, *command)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise PowerError(
-            f"node {spec.name}: BMC {spec.bmc.address}:{spec.bmc.port} did not answer within {timeout:g} s"
-        ) from None  # type: ignore[union-attr]
+            f"node {spec.name}: BMC {bmc.address}:{bmc.port} did not answer within {timeout:g} s"
+        ) from None
     except FileNotFoundError:
         raise PowerError("ipmitool is not installed; run scripts/install-system-deps.sh") from None
     if proc.returncode != 0:

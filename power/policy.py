@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from peakpack.orchestrator.decide.planner.explain import all_stay
+from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, cluster_metrics
-from peakpack.orchestrator.domain.plan import ActionKind, Plan, PlanError, replay
+from peakpack.orchestrator.domain.plan import ActionKind, Plan, replay
 
 
 def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory,

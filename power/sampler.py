@@ -51,7 +51,9 @@ class EnergySampler:
         results = self.shell.gather([self.shell.pool.run(n, ["sh", "-c", READ_SCRIPT], timeout=30) for n in powered])
         out: dict[str, tuple[NodeCounters, list[EnergySample]] | Exception] = {}
         for node, res in zip(powered, results):
-            if isinstance(res, Exception):
+            if isinstance(res, BaseException):
+                if not isinstance(res, Exception):
+                    raise res
                 out[node] = res
                 continue
             try:
@@ -79,9 +81,9 @@ class EnergySampler:
         previous = [s for s in self.store.energy.samples(node, "busy", since=window) if s.at > window][-1:]
         self.store.energy.add_samples([EnergySample(node, now, "busy", boot_id=counters.boot_id,
                                                     busy_ns=counters.busy_ns)])
-        if not previous or previous[0].busy_ns is None:
+        before = previous[0] if previous else None
+        if before is None or before.busy_ns is None:
             return None
-        before = previous[0]
         seconds = (now - before.at).total_seconds()
         if seconds <= 0 or restarted(before.boot_id, counters.boot_id, before.busy_ns, counters.busy_ns):
             return None

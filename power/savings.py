@@ -35,6 +35,7 @@ from peakpack.orchestrator.domain.savings import SavingKind, SavingRecord
 from peakpack.orchestrator.remote.shell import RemoteShell
 
 from . import ipmi
+from .accounting import trapezoid_j
 from .rapl import READ_SCRIPT, counter_delta_uj, parse_node_counters, parse_zones
 
 #: seconds the idle probe lasts: a RAPL counter ticks every millisecond (the lab's every 0.5 s)
@@ -69,10 +70,8 @@ def energy_j(readings: Sequence[Reading]) -> float | None:
         return None
     first, last = readings[0], readings[-1]
     if first.source == "dcmi":
-        if any(r.power_w is None for r in readings):
-            return None
-        return sum((b.at - a.at).total_seconds() * (a.power_w + b.power_w) / 2  # type: ignore[operator]
-                   for a, b in zip(readings, readings[1:]))
+        watts = [(r.at, r.power_w) for r in readings if r.power_w is not None]
+        return trapezoid_j(watts) if len(watts) == len(readings) else None
     if first.boot_id is None or first.boot_id != last.boot_id or first.zones.keys() != last.zones.keys():
         return None
     return sum(counter_delta_uj(first.zones[z][0], last.zones[z][0], last.zones[z][1]) for z in first.zones) / 1e6
@@ -200,7 +199,7 @@ class SavingsRecorder:
         yield
         after = {n: self.read(n) for n in touched}
         end = datetime.now(UTC)
-        extra, sources = 0.0, set()
+        extra, sources = 0.0, set[str | None]()
         for n in touched:
             pair = [r for r in (before[n], after[n]) if r is not None]
             drawn = energy_j(pair) if len(pair) == 2 else None

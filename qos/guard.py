@@ -588,8 +588,8 @@ class Cgroup:
             period = read_int(self.cpu + "/cpu.cfs_period_us") or PERIOD_US
             return None if quota is None or quota < 0 else quota * PERIOD_US // period
         if self._v2_cpu():
-            quota, _, period = (read(f"{self.v2}/cpu.max") or "max").strip().partition(" ")
-            return None if quota == "max" else int(quota) * PERIOD_US // int(period or PERIOD_US)
+            limit, _, span = (read(f"{self.v2}/cpu.max") or "max").strip().partition(" ")
+            return None if limit == "max" else int(limit) * PERIOD_US // int(span or PERIOD_US)
         return None
 
     def set_quota_us(self, quota: int | None) -> None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the suite needs, then runs all of it: the linter, the unit tests and the
+# Installs what the suite needs, then runs all of it: the linter, the type checker (mypy, strict on
+# the pure core; pyproject.toml [tool.mypy]), the unit tests and the
 # integration tests on a real lab (network namespaces with their own sshd, dockerd and IPMI BMC).
 # Two workers (pytest-xdist), each test file on one of them: a worker that runs integration tests
 # brings up its own lab, so the two never share a node; arguments go to pytest.
@@ -11,4 +12,5 @@ if [ "$(id -u)" != 0 ]; then
 fi
 bash scripts/install.sh
 .venv/bin/ruff check .
+.venv/bin/mypy
 exec .venv/bin/pytest -ra -n 2 --dist loadfile "$@"

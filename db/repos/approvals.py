@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from peakpack.orchestrator.domain.errors import StoreError
 from peakpack.orchestrator.domain.records import ApprovalRecord, ApprovalState
 
-from ..base import Repo, now
+from ..base import Repo, now, rowcount
 from ..schema import ApprovalRow
 
 
@@ -43,7 +43,7 @@ class ApprovalRepo(Repo):
                                        ApprovalRow.state == ApprovalState.PENDING.value)
              .values(state=ApprovalState(state).value, outcome=outcome, applied_by=applied_by, finished_at=now()))
         with self._write() as s:
-            return s.execute(q).rowcount == 1
+            return rowcount(s.execute(q)) == 1
 
 
 def _approval(r: ApprovalRow) -> ApprovalRecord:

@@ -15,7 +15,7 @@ from peakpack.orchestrator.domain.records import (
     LeaseRecord,
 )
 
-from ..base import Repo, now
+from ..base import Repo, now, rowcount
 from ..connect import SQLITE_BUSY_MS
 from ..schema import (
     ControllerLeaseRow,
@@ -76,7 +76,7 @@ class LeaseRepo(Repo):
                 free = or_(free, L.holder == replacing)
             taken = update(L).where(L.id == 1, free).values(
                 token=L.token + 1, holder=owner, acquired_at=t, expires_at=t + timedelta(seconds=ttl_s))
-            if s.execute(taken).rowcount != 1:
+            if rowcount(s.execute(taken)) != 1:
                 return None
             return s.scalar(select(L.token).where(L.id == 1))
 
@@ -86,7 +86,7 @@ class LeaseRepo(Repo):
         with self._lease_tx(ttl_s / 3) as s:
             t = self._clock(s)
             mine = update(L).where(L.id == 1, L.token == token, L.holder == owner)
-            return s.execute(mine.values(expires_at=t + timedelta(seconds=ttl_s))).rowcount == 1
+            return rowcount(s.execute(mine.values(expires_at=t + timedelta(seconds=ttl_s)))) == 1
 
     def release(self, owner: str, token: int) -> None:
         """Free the lease now (a standby takes it at its next poll); the token stays as it is."""

@@ -93,7 +93,7 @@ class MigrationRepo(Repo):
              .where(MigrationRow.state == MigrationState.SUCCEEDED.value, MigrationRow.finished_at >= since)
              .group_by(MigrationRow.container))
         with self._tx() as s:
-            return {c: at for c, at in s.execute(q)}
+            return {c: at for c, at in s.execute(q) if at is not None}
 
     def steps(self, migration_id: int) -> list[StepRecord]:
         q = select(MigrationStepRow).where(MigrationStepRow.migration_id == migration_id).order_by(MigrationStepRow.id)

@@ -20,7 +20,7 @@ from peakpack.orchestrator.domain.records import (
 )
 from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 
-from ..base import Repo, now
+from ..base import Repo, now, rowcount
 from ..schema import (
     ActionRow,
     PlanRow,
@@ -128,7 +128,7 @@ class PlanRepo(Repo):
         q = (update(PlanRow).where(PlanRow.id == plan_id, PlanRow.status.in_([PlanStatus(f).value for f in only_from]))
              .values(**values))
         with self._write() as s:
-            return s.execute(q).rowcount == 1
+            return rowcount(s.execute(q)) == 1
 
     def expire(self, at: datetime | None = None) -> int:
         """RECOMMENDED plans past their `expires_at` become EXPIRED; how many did."""
@@ -136,7 +136,7 @@ class PlanRepo(Repo):
                                    PlanRow.expires_at.is_not(None), PlanRow.expires_at <= (at or now()))
              .values(status=PlanStatus.EXPIRED.value))
         with self._write() as s:
-            return s.execute(q).rowcount
+            return rowcount(s.execute(q))
 
     def snapshot(self, plan_id: int) -> dict[str, Any]:
         with self._tx() as s:
@@ -168,7 +168,7 @@ class PlanRepo(Repo):
         elif state is not ActionState.PENDING:
             values["finished_at"] = t
         with self._write() as s:
-            if s.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values)).rowcount != 1:
+            if rowcount(s.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values))) != 1:
                 raise StoreError(f"action {action_id}: no such action in the journal")
 
     def actions(self, since: datetime | None = None, plan_id: int | None = None) -> list[ActionRecord]:

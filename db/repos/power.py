@@ -58,7 +58,7 @@ class PowerRepo(Repo):
                     PowerEventRow.finished_at >= since)
              .group_by(PowerEventRow.node))
         with self._tx() as s:
-            return {n: at for n, at in s.execute(q)}
+            return {n: at for n, at in s.execute(q) if at is not None}
 
     def _node_status(self, s: Session, node: str) -> NodeStatusRow:
         row = s.get(NodeStatusRow, node)

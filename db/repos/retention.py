@@ -26,7 +26,7 @@ from peakpack.orchestrator.domain.model import StoreConfig
 from peakpack.orchestrator.domain.records import Pruned
 from peakpack.orchestrator.domain.states import TERMINAL_MIGRATION_STATES, PlanStatus
 
-from ..base import Repo
+from ..base import Repo, rowcount
 from ..schema import (
     ContainerDemandRow,
     ContainerPressureRow,
@@ -69,7 +69,7 @@ def _demand_hour(s: Session, hour: datetime) -> int:
               .where(*inside).group_by(C.container, C.node))
     s.execute(insert(DemandHourlyRow).from_select(
         ["hour", "container", "node", "rows", "seconds", "cpu", "cpu_max", "memory_mb"], summed))
-    return s.execute(delete(C).where(*inside).execution_options(synchronize_session=False)).rowcount
+    return rowcount(s.execute(delete(C).where(*inside).execution_options(synchronize_session=False)))
 
 
 def _energy_hour(s: Session, hour: datetime) -> int:
@@ -82,7 +82,7 @@ def _energy_hour(s: Session, hour: datetime) -> int:
               .where(*inside).group_by(E.node, E.container, E.source))
     s.execute(insert(EnergyHourlyRow).from_select(
         ["hour", "node", "container", "source", "rows", "start", "end", "energy_j", "idle_j", "residual_j"], summed))
-    return s.execute(delete(E).where(*inside).execution_options(synchronize_session=False)).rowcount
+    return rowcount(s.execute(delete(E).where(*inside).execution_options(synchronize_session=False)))
 
 
 class RetentionRepo(Repo):
@@ -138,4 +138,4 @@ class RetentionRepo(Repo):
         ids = select(table.id).where(older).order_by(table.id).limit(budget).scalar_subquery()
         gone = delete(table).where(table.id.in_(ids)).execution_options(synchronize_session=False)
         with self._write() as s:
-            return s.execute(gone).rowcount
+            return rowcount(s.execute(gone))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..domain.errors import PeakpackError
 from ..domain.plan import Action, ActionKind, Plan
@@ -74,7 +75,7 @@ class PlanExecutor:
                 assert a.node
                 if self.stop_requested():
                     self._skip(report, aid, a, "the controller is stopping")
-                elif not self._run(report, aid, a, lambda n=a.node: self.ops.power_on(n, f"plan {plan_id}")):
+                elif not self._run(report, aid, a, partial(self.ops.power_on, a.node, f"plan {plan_id}")):
                     woken_failed.add(a.node)
 
         migrations: list[tuple[int, Action]] = []
@@ -106,18 +107,18 @@ class PlanExecutor:
             if a.kind is not ActionKind.POWER_OFF:
                 continue
             assert a.node
-            unfinished = [m.container for mid, m in migrations
+            unfinished = [str(m.container) for mid, m in migrations
                           if m.source == a.node and report.states.get(mid) is not ActionState.SUCCEEDED]
             if unfinished:
                 self._skip(report, aid, a, f"containers still on it: {', '.join(sorted(unfinished))}")
             elif self.stop_requested():
                 self._skip(report, aid, a, "the controller is stopping")
             else:
-                why = self._why_not_empty(a.node)
-                if why is not None:
-                    self._skip(report, aid, a, why)
+                refusal = self._why_not_empty(a.node)
+                if refusal is not None:
+                    self._skip(report, aid, a, refusal)
                 else:
-                    self._run(report, aid, a, lambda n=a.node: self.ops.power_off(n, f"plan {plan_id}: emptied"))
+                    self._run(report, aid, a, partial(self.ops.power_off, a.node, f"plan {plan_id}: emptied"))
         return report
 
     def _why_not_empty(self, node: str) -> str | None:

@@ -87,7 +87,7 @@ def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[
             held = sorted(n for n in _nodes(action) if n in fresh.held)
             if held:
                 raise PlanError(f"node {held[0]} is held: {fresh.held[held[0]]}")
-            if action.kind is ActionKind.POWER_ON and action.node in quarantined:
+            if action.kind is ActionKind.POWER_ON and action.node is not None and action.node in quarantined:
                 raise PlanError(f"node {action.node} is quarantined ({quarantined[action.node]}); "
                                 f"`peakpack power clear {action.node}` once fixed")
             if action.kind is ActionKind.MIGRATE:

@@ -48,10 +48,14 @@ def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, fr
 class Unsettled(Protocol):
     """A migration that has not ended (the store's MigrationRecord has these fields)."""
 
-    id: int
-    container: str
-    source: str
-    target: str
+    @property
+    def id(self) -> int: ...
+    @property
+    def container(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def target(self) -> str: ...
 
 
 def unsettled_holds(migrations: Iterable[Unsettled]) -> Iterator[tuple[str, str, str]]:

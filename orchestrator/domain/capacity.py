@@ -13,7 +13,7 @@ Pure: floats or numpy arrays in (elementwise, for the vectorised policies), bool
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Union
+from typing import Union, overload
 
 import numpy as np
 
@@ -30,9 +30,12 @@ Amount = Union[float, np.ndarray]
 Verdict = Union[bool, np.bool_, np.ndarray]
 
 
-def capacity(
-    cpus: Amount, memory_mb: Amount, cap: float, memory_cap: float
-) -> tuple[Amount, Amount]:
+@overload
+def capacity(cpus: float, memory_mb: float, cap: float, memory_cap: float) -> tuple[float, float]: ...
+@overload
+def capacity(cpus: np.ndarray, memory_mb: np.ndarray, cap: Amount, memory_cap: float) -> tuple[np.ndarray, np.ndarray]:
+    ...
+def capacity(cpus: Amount, memory_mb: Amount, cap: Amount, memory_cap: float) -> tuple[Amount, Amount]:
     """(CPU capacity in cores, memory capacity in MB) of nodes with `cpus` and `memory_mb`."""
     return cap * cpus, memory_cap * memory_mb
 
@@ -53,14 +56,24 @@ def node_capacity(
     return float(cpu), float(mem)
 
 
+@overload
+def within(load: float, limit: float) -> bool: ...
+@overload
+def within(load: np.ndarray, limit: Amount) -> np.ndarray: ...
+@overload
+def within(load: float, limit: np.ndarray) -> np.ndarray: ...
 def within(load: Amount, limit: Amount) -> Verdict:
     """One resource: `load` is at most `limit` (up to EPS). Bool, or a bool array."""
     return load <= limit + EPS
 
 
-def fits(
-    cpu: Amount, memory_mb: Amount, cpu_capacity: Amount, memory_capacity: Amount
-) -> Verdict:
+@overload
+def fits(cpu: float, memory_mb: float, cpu_capacity: float, memory_capacity: float) -> bool: ...
+@overload
+def fits(cpu: np.ndarray, memory_mb: Amount, cpu_capacity: Amount, memory_capacity: Amount) -> np.ndarray: ...
+@overload
+def fits(cpu: float, memory_mb: Amount, cpu_capacity: np.ndarray, memory_capacity: Amount) -> np.ndarray: ...
+def fits(cpu: Amount, memory_mb: Amount, cpu_capacity: Amount, memory_capacity: Amount) -> Verdict:
     """Both resources: CPU and memory loads within their capacities. Bool, or a bool array."""
     return within(cpu, cpu_capacity) & within(memory_mb, memory_capacity)
 

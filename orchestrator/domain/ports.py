@@ -233,18 +233,31 @@ class Journal(Protocol):
     """The store as the other stages see it: its repositories, the fence, and the one query that
     spans two of them (what the disruption budgets count)."""
 
-    plans: PlanRepo
-    migrations: MigrationRepo
-    pinning: PinningRepo
-    power: PowerRepo
-    energy: EnergyRepo
-    demand: DemandRepo
-    traffic: TrafficRepo
-    savings: SavingsRepo
-    pressure: PressureRepo
-    qos: QosRepo
-    lease: LeaseRepo
-    approvals: ApprovalRepo
+    # read-only: a repository is handed out, never replaced (so a subtype's own repositories fit)
+    @property
+    def plans(self) -> PlanRepo: ...
+    @property
+    def migrations(self) -> MigrationRepo: ...
+    @property
+    def pinning(self) -> PinningRepo: ...
+    @property
+    def power(self) -> PowerRepo: ...
+    @property
+    def energy(self) -> EnergyRepo: ...
+    @property
+    def demand(self) -> DemandRepo: ...
+    @property
+    def traffic(self) -> TrafficRepo: ...
+    @property
+    def savings(self) -> SavingsRepo: ...
+    @property
+    def pressure(self) -> PressureRepo: ...
+    @property
+    def qos(self) -> QosRepo: ...
+    @property
+    def lease(self) -> LeaseRepo: ...
+    @property
+    def approvals(self) -> ApprovalRepo: ...
 
     def fence(self, token: int | None) -> None: ...
 

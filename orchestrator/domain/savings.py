@@ -20,7 +20,7 @@ cost counts on the day it started; per plan by the plan that switched the node o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -87,8 +87,9 @@ class Ledger:
     def rows(self, by: str) -> list[dict[str, Any]]:
         """`by`: "total", "day" or "plan"; one JSON row per (period, source): the period is "all",
         a UTC date, or "plan N" ("no plan" for rows no plan is known of)."""
-        groups: dict[Any, dict[str, Totals]] = {"total": {"all": self.total}, "day": self.days,
-                                                "plan": self.plans}[by]  # type: ignore[dict-item]
+        tables: dict[str, Mapping[Any, Mapping[str, Totals]]] = {"total": {"all": self.total},
+                                                                 "day": self.days, "plan": self.plans}
+        groups = tables[by]
 
         def period(key: Any) -> str:
             return key if by != "plan" else "no plan" if key is None else f"plan {key}"

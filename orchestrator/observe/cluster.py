@@ -110,12 +110,12 @@ def parse_usage(node: str, text: str) -> dict[str, Usage]:
         return {}
     (t0, first), (t1, last) = samples[0], samples[-1]
     result = {}
-    for name, (cpu, mem) in last.items():
+    for name, (cpu_ns, memory_mb) in last.items():
         before = first.get(name, (None, 0.0))[0]
         cores = None
-        if cpu is not None and before is not None and t1 > t0 and cpu >= before:
-            cores = (cpu - before) / 1e9 / (t1 - t0)
-        result[name] = Usage(name, node, cpu, mem, cores)
+        if cpu_ns is not None and before is not None and t1 > t0 and cpu_ns >= before:
+            cores = (cpu_ns - before) / 1e9 / (t1 - t0)
+        result[name] = Usage(name, node, cpu_ns, memory_mb, cores)
     return result
 
 
@@ -216,7 +216,7 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: 
         failed = next((a for a in answers if isinstance(a, BaseException)), None)
         if failed is not None:
             raise failed
-        inspect, used, facts, *conntrack = answers
+        inspect, used, facts, *conntrack = [a for a in answers if not isinstance(a, BaseException)]
         usage = parse_usage(node, used.stdout)
         items = parse_inspect(node, inspect.stdout)
         containers = containers_of(node, items, usage)

@@ -76,10 +76,10 @@ class Beloglazov:
         load = _loads(placement, demand, len(s.host_mips))
         hist = _host_history(st, placement)
         moves: dict[int, int] = {}
-        overloaded = [h for h in np.flatnonzero(load > 0) if self._overloaded(st, load, hist, int(h))]
+        overloaded = [h for h in np.flatnonzero(load > 0).tolist() if self._overloaded(st, load, hist, h)]
         to_place: list[int] = []
         for h in overloaded:
-            vms = sorted(np.flatnonzero(placement == h), key=lambda v: s.vm_ram_mb[v])  # MMT
+            vms = sorted(np.flatnonzero(placement == h).tolist(), key=lambda v: s.vm_ram_mb[v])  # MMT
             for vm in vms:
                 if not self._overloaded(st, load, hist, int(h)):
                     break
@@ -159,8 +159,7 @@ def _pabfd_into(st: SimState, vms: list[int], demand: np.ndarray, excluded: set[
             if not pass_active and (only_active or best >= 0):
                 break
             hosts = np.flatnonzero((load > 0) if pass_active else (load == 0))
-            for h in hosts:
-                h = int(h)
+            for h in hosts.tolist():
                 if h in excluded:
                     continue
                 d = min(demand[vm], s.host_core_mips[h])

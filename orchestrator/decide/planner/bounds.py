@@ -15,6 +15,7 @@ loose where those bind (and where traffic forces a choice between joining and pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ from ...domain.capacity import within
 from .instance import TINY, Instance
 
 
-def lower_hull(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
+def lower_hull(xs: Sequence[float], ys: Sequence[float]) -> list[tuple[float, float]]:
     """The lower convex hull of points sorted by x (Andrew's monotone chain)."""
     hull: list[tuple[float, float]] = []
     for p in zip(xs, ys):
@@ -177,7 +178,7 @@ def _forced(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
     stay = ~forced
     cpu_load = np.bincount(inst.orig[stay], inst.cpu[stay], minlength=inst.n_nodes)
     mem_load = np.bincount(inst.orig[stay], inst.mem[stay], minlength=inst.n_nodes)
-    over = ~inst.fits(cpu_load, mem_load)
+    over = np.asarray(~inst.fits(cpu_load, mem_load))
     return forced, over
 
 

@@ -28,6 +28,7 @@ import sys
 import types
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,7 +72,10 @@ def _import_without_pandas(name: str) -> types.ModuleType:
             del sys.modules["pandas"]
 
 
-cp_model = _import_without_pandas("ortools.sat.python.cp_model")
+if TYPE_CHECKING:  # the checker reads the module's own types; at run time it is imported as above
+    from ortools.sat.python import cp_model
+else:
+    cp_model = _import_without_pandas("ortools.sat.python.cp_model")
 
 
 def cpu_scale(inst: Instance) -> float:
@@ -131,9 +135,9 @@ def solve_nodes(
     on: dict[int, cp_model.IntVar | int] = {}
     for n in nodes:
         if inst.can_off[n]:
-            on[n] = m.NewBoolVar(f"on{n}")
-            m.AddHint(on[n], hint_on[n])
-            terms.append((on[n], round(inst.watts[n, 0] * MW)))
+            on[n] = var = m.new_bool_var(f"on{n}")
+            m.add_hint(var, hint_on[n])
+            terms.append((var, round(inst.watts[n, 0] * MW)))
         else:
             on[n] = 1
             const += inst.watts[n, 0] * MW
@@ -142,12 +146,12 @@ def solve_nodes(
     for c in conts:
         allowed = inst.allowed(c)
         cand = [n for n in nodes if allowed[n]]
-        x[c] = {n: m.NewBoolVar(f"x{c}_{n}") for n in cand}
-        m.AddExactlyOne(x[c].values())
+        x[c] = {n: m.new_bool_var(f"x{c}_{n}") for n in cand}
+        m.add_exactly_one(x[c].values())
         for n, v in x[c].items():
-            m.AddHint(v, n == hint_node[c])
+            m.add_hint(v, n == hint_node[c])
             if not isinstance(on[n], int):
-                m.AddImplication(v, on[n])
+                m.add_implication(v, on[n])
         cost = round(inst.mig_cost[c] * MW)
         const += cost
         if int(inst.orig[c]) in x[c]:
@@ -165,11 +169,11 @@ def solve_nodes(
     load: dict[int, cp_model.IntVar] = {}
     for n, cap_units, mem_cap in zip(nodes, cpu_cap_u, mem_cap_u):
         here = on_node[n]
-        load[n] = m.NewIntVar(0, cap_units, f"load{n}")
-        m.Add(load[n] == sum(cpu_units[c] * x[c][n] for c in here))
-        m.Add(load[n] <= cap_units * on[n])
+        load[n] = m.new_int_var(0, cap_units, f"load{n}")
+        m.add(load[n] == sum(cpu_units[c] * x[c][n] for c in here))
+        m.add(load[n] <= cap_units * on[n])
         if any(mem_units[c] for c in here):
-            m.Add(sum(mem_units[c] * x[c][n] for c in here) <= mem_cap * on[n])
+            m.add(sum(mem_units[c] * x[c][n] for c in here) <= mem_cap * on[n])
         _add_power(m, inst, n, on[n], load[n], scale, terms)
     _add_count_cut(m, [on[n] for n in nodes], cpu_cap_u, sum(cpu_u))
     _add_count_cut(m, [on[n] for n in nodes], mem_cap_u, sum(mem_u))
@@ -182,9 +186,9 @@ def solve_nodes(
             if len(here) < 2:
                 continue
             k = sum(x[c][n] for c in here)
-            pairs = m.NewIntVar(0, len(here) * (len(here) - 1) // 2, f"pairs{n}")
+            pairs = m.new_int_var(0, len(here) * (len(here) - 1) // 2, f"pairs{n}")
             for j in range(1, len(here)):
-                m.Add(pairs >= j * k - j * (j + 1) // 2)
+                m.add(pairs >= j * k - j * (j + 1) // 2)
             terms.append((pairs, round(w.contention_w * MW)))
             all_pairs.append(pairs)
         _add_contention_cut(m, len(devils), all_pairs, [on[n] for n in nodes])
@@ -199,10 +203,10 @@ def solve_nodes(
             outside = [n for n in pack.groups[g] if n not in node_set]
             const += aff * (len(outside) - 1)
             for n in {n for c in members for n in x[c]}:
-                y = m.NewBoolVar(f"y{g}_{n}")
+                y = m.new_bool_var(f"y{g}_{n}")
                 for c in members:
                     if n in x[c]:
-                        m.AddImplication(x[c][n], y)
+                        m.add_implication(x[c][n], y)
                 terms.append((y, aff))
 
     const += _add_traffic(m, inst, conts, x, hint_node, terms)
@@ -210,9 +214,9 @@ def solve_nodes(
     for members in classes:
         for a, b in zip(members, members[1:]):
             if not isinstance(on[a], int):
-                m.Add(on[a] >= on[b])
-            m.Add(load[a] >= load[b])
-    m.Minimize(sum(coef * v for v, coef in terms) + round(const))
+                m.add(on[a] >= on[b])
+            m.add(load[a] >= load[b])
+    m.minimize(sum(coef * v for v, coef in terms) + round(const))
 
     limit = min(work, budget.left)
     solver = cp_model.CpSolver()
@@ -225,15 +229,15 @@ def solve_nodes(
     solver.parameters.relative_gap_limit = relative_gap
     if lp_level is not None:
         solver.parameters.linearization_level = lp_level
-    status = solver.Solve(m)
+    status = solver.solve(m)
     done = solver.response_proto.deterministic_time
     # unproven and short of its work: only the wall clock stops CP-SAT there
     budget.spend(done, clock_stopped=status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and done < limit)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    assign = {c: next(n for n, v in x[c].items() if solver.Value(v)) for c in conts}
-    power = {n: bool(solver.Value(v)) if not isinstance(v, int) else True for n, v in on.items()}
-    objective, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
+    assign = {c: next(n for n, v in x[c].items() if solver.value(v)) for c in conts}
+    power = {n: bool(solver.value(v)) if not isinstance(v, int) else True for n, v in on.items()}
+    objective, bound = solver.objective_value, solver.best_objective_bound
     proven = status == cp_model.OPTIMAL and objective <= bound + 0.5  # within rounding
     return SubResult(
         assign, power, "OPTIMAL" if proven else "FEASIBLE", objective / MW, bound / MW
@@ -259,18 +263,18 @@ def _add_power(
     idle = ys[0]
     hull = lower_hull(xs, ys)
     top = max(ys) - idle
-    p = m.NewIntVar(0, math.ceil(max(top, 0.0) * MW) + 1, f"p{n}")
+    p = m.new_int_var(0, math.ceil(max(top, 0.0) * MW) + 1, f"p{n}")
     for a, b in zip(hull, hull[1:]):
-        m.Add(_line(p, load, a, b, idle, scale) >= 0)
+        m.add(_line(p, load, a, b, idle, scale) >= 0)
     if not _is_convex(xs, ys, hull):
         picks = []
         for i, (a, b) in enumerate(zip(zip(xs, ys), zip(xs[1:], ys[1:]))):
-            z = m.NewBoolVar(f"seg{n}_{i}")
+            z = m.new_bool_var(f"seg{n}_{i}")
             picks.append(z)
-            m.Add(load >= math.floor(a[0] * scale)).OnlyEnforceIf(z)
-            m.Add(load <= math.ceil(b[0] * scale)).OnlyEnforceIf(z)
-            m.Add(_line(p, load, a, b, idle, scale) >= 0).OnlyEnforceIf(z)
-        m.Add(sum(picks) == on)
+            m.add(load >= math.floor(a[0] * scale)).OnlyEnforceIf(z)
+            m.add(load <= math.ceil(b[0] * scale)).OnlyEnforceIf(z)
+            m.add(_line(p, load, a, b, idle, scale) >= 0).OnlyEnforceIf(z)
+        m.add(sum(picks) == on)
     terms.append((p, 1))
 
 
@@ -303,10 +307,10 @@ def _add_traffic(
         a, b, coef = int(graph.a[k]), int(graph.b[k]), round(float(graph.w[k]) * MW)
         if coef <= 0:
             continue
-        split = m.NewBoolVar(f"split{a}_{b}")
-        m.AddHint(split, hint_node[a] != hint_node[b])
+        split = m.new_bool_var(f"split{a}_{b}")
+        m.add_hint(split, hint_node[a] != hint_node[b])
         for n, xa in x[a].items():
-            m.Add(split >= xa - x[b][n] if n in x[b] else split >= xa)
+            m.add(split >= xa - x[b][n] if n in x[b] else split >= xa)
         terms.append((split, coef))
     return float(graph.w[e[~both]].sum()) * MW
 
@@ -325,12 +329,12 @@ def _add_budget(
     if pack.migration_limit is not None:
         inside = sum(int(pack.assign[c] != inst.orig[c]) for c in conts)
         moved = [1 - x[c][int(inst.orig[c])] if int(inst.orig[c]) in x[c] else 1 for c in conts]
-        m.Add(sum(moved) <= pack.migration_limit - (pack.migrations() - inside))
+        m.add(sum(moved) <= pack.migration_limit - (pack.migrations() - inside))
     if pack.power_off_limit is not None:
         mine = [n for n in nodes if inst.initially_on[n]]
         inside = sum(int(not pack.on[n]) for n in mine)
         offs = [1 - on[n] for n in mine if not isinstance(on[n], int)]
-        m.Add(sum(offs) <= pack.power_off_limit - (pack.power_offs() - inside))
+        m.add(sum(offs) <= pack.power_off_limit - (pack.power_offs() - inside))
 
 
 def _add_count_cut(
@@ -346,7 +350,7 @@ def _add_count_cut(
         total += cap
         needed += 1
     if needed > 1:
-        m.Add(sum(on) >= needed)
+        m.add(sum(on) >= needed)
 
 
 def _add_contention_cut(
@@ -364,7 +368,7 @@ def _add_contention_cut(
     total, powered = sum(pairs), sum(on)
     points = [(int(a), int(fa)) for a, fa in hull]  # integers: counts of nodes and of pairs
     for (a, fa), (b, fb) in zip(points, points[1:]):
-        m.Add((b - a) * total >= fa * (b - a) + (fb - fa) * (powered - a))
+        m.add((b - a) * total >= fa * (b - a) + (fb - fa) * (powered - a))
 
 
 def _line(
@@ -400,7 +404,7 @@ def _interchangeable(inst: Instance, nodes: list[int], conts: list[int]) -> list
         if restricted
         else np.zeros((0, len(nodes)), dtype=bool)
     )
-    classes: dict[tuple, list[int]] = defaultdict(list)
+    classes: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for i, n in enumerate(nodes):
         if n not in origins:
             key = (int(inst.node_type[n]), bool(inst.initially_on[n]), elig[:, i].tobytes())

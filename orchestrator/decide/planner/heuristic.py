@@ -124,7 +124,7 @@ def try_drain(pack: Packing, s: int, bounds: PassBounds | None = None) -> bool:
         return False
     total = -float(inst.watts[s, 0])  # idle power saved once s is empty and off
     done: list[int] = []
-    stuck, stuck_of = 0.0, {}  # pairs split for good so far (see below), and by the end still on s
+    stuck, stuck_of = 0.0, dict[int, float]()  # pairs split for good so far (see below), and by the end still on s
     for k, c in enumerate(members):
         mask = pack.fits(c)
         mask[s] = False
@@ -639,8 +639,8 @@ def _third_rows(pack: Packing, a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb:
         pick = np.argmin(added, axis=1)
         some = np.isfinite(added[np.arange(len(a)), pick])
         keys.append(np.flatnonzero(some) * n + shared[pick[some]])
-    keys = sorted_unique(np.concatenate(keys))
-    i, node = keys // n, keys % n
+    found = sorted_unique(np.concatenate(keys))
+    i, node = found // n, found % n
     ok = (node != sa[i]) & (node != sb[i])
     ok &= pack.fits_at(a[i], node, inst.cpu[a[i]] + inst.cpu[b[i]], inst.mem[a[i]] + inst.mem[b[i]])
     ok &= inst.allowed_at(b[i], node)

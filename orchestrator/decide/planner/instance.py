@@ -79,7 +79,7 @@ class Instance:
         allow = problem.allowance
         if allow.power_offs == 0 or not allow.consolidate:
             can_off &= ~initially_on  # nothing may go off: those on stay on, those off may wake
-        types: dict[tuple, int] = {}
+        types: dict[tuple[object, ...], int] = {}
         node_type = np.array(
             [
                 types.setdefault((s.cpus, s.memory_mb, s.power.watts, s.can_power_off, s.cap), len(types))

@@ -43,7 +43,7 @@ class Packing:
         for c, node in enumerate(self.assign.tolist()):
             self.members[node].add(c)
         self.groups: dict[int, Counter[int]] = {}
-        for c in np.flatnonzero(inst.group >= 0):
+        for c in np.flatnonzero(inst.group >= 0).tolist():
             self.groups.setdefault(int(inst.group[c]), Counter())[int(self.assign[c])] += 1
 
     def copy(self) -> Packing:
@@ -109,7 +109,7 @@ class Packing:
 
     def over_cap(self) -> np.ndarray:
         """Bool mask of nodes whose CPU or memory load does not fit their capacity."""
-        return ~self.inst.fits(self.load, self.mem)
+        return np.asarray(~self.inst.fits(self.load, self.mem))
 
     def misplaced(self) -> list[int]:
         """Containers on a node they may not run on (ineligible, or switched off)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .bounds import lower_bound
 from .budget import Budget
@@ -69,5 +70,5 @@ class Peakpack:
                             stopped_by_clock=budget.clock_stopped)
 
 
-def _with_report(p: Placement, **changes: float | bool) -> Placement:
+def _with_report(p: Placement, **changes: Any) -> Placement:
     return replace(p, report=replace(p.report, **changes))

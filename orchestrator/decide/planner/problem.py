@@ -106,6 +106,7 @@ class Policy(Protocol):
     """A placement strategy. Pure: no I/O; the same problem gives the same answer (the clock
     only as its time limit's safety net, which its report says when it fired)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def solve(self, problem: PlacementProblem) -> Placement: ...

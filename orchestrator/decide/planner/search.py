@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -57,11 +58,17 @@ class SearchOptions:
     def resolved(self) -> SearchOptions:
         """Concrete knobs: the values given (`make_plan` passes `PlannerSettings`' workers and
         relative gap), else the settings' defaults."""
-        return replace(
-            self,
-            workers=self.workers or PlannerSettings.workers,
-            target_gap=PlannerSettings.relative_gap if self.target_gap is None else self.target_gap,
-        )
+        return replace(self, workers=self.worker_count, target_gap=self.gap)
+
+    @property
+    def worker_count(self) -> int:
+        """`workers`, or the settings' default when unset."""
+        return self.workers or PlannerSettings.workers
+
+    @property
+    def gap(self) -> float:
+        """`target_gap`, or the settings' default when unset."""
+        return PlannerSettings.relative_gap if self.target_gap is None else self.target_gap
 
 
 @dataclass
@@ -113,8 +120,8 @@ def solve_whole(pack: Packing, budget: Budget, opts: SearchOptions, seed: int) -
         nodes,
         budget=budget,
         work=budget.left,
-        workers=opts.workers,
-        relative_gap=opts.target_gap,
+        workers=opts.worker_count,
+        relative_gap=opts.gap,
         seed=seed,
         lp_level=WHOLE_LP_LEVEL if opts.workers == 1 else None,
     )
@@ -172,7 +179,8 @@ class Neighbourhoods:
         self.per_unit = dict(zip(self.eff.tolist(), per_unit.tolist()))
 
     def next(self) -> list[int]:
-        strategies = (self.drain, self.efficiency, self.conflict, self.drain, self.random)
+        strategies: tuple[Callable[[], list[int]], ...] = (
+            self.drain, self.efficiency, self.conflict, self.drain, self.random)
         if self.pack.inst.graph.edges:
             strategies = (*strategies[:3], self.traffic, *strategies[3:])
         for _ in range(len(strategies)):
@@ -237,7 +245,8 @@ class Neighbourhoods:
         """A node where devils share, or the nodes a split group spans."""
         pack, inst = self.pack, self.pack.inst
         w = inst.problem.weights
-        shared = np.flatnonzero((pack.devils >= 2) & ~self.frozen) if w.contention_w > 0 else []
+        shared: Sequence[int] = (np.flatnonzero((pack.devils >= 2) & ~self.frozen).tolist()
+                                 if w.contention_w > 0 else [])
         split = (
             [g for g, nodes in pack.groups.items() if len(nodes) > 1] if w.affinity_w > 0 else []
         )
@@ -277,7 +286,7 @@ def local_search(
     outcome = Outcome()
     hoods = Neighbourhoods(pack, infeasible_nodes(pack), opts, seed)
     stale = 0
-    while stale < opts.patience and objective > bound * (1 + opts.target_gap):
+    while stale < opts.patience and objective > bound * (1 + opts.gap):
         if budget.exhausted or budget.late():
             break
         nodes = hoods.next()
@@ -313,7 +322,7 @@ def improve(
         return solve_whole(pack, budget, opts, seed)
     unstick(pack, budget, opts, seed)
     scored = evaluate(pack.inst.problem, *pack.mapping())
-    if pack.inst.graph.edges and settled(pack.inst, scored, opts.target_gap):
+    if pack.inst.graph.edges and settled(pack.inst, scored, opts.gap):
         return Outcome()
     return local_search(pack, budget, opts, seed, scored.total, bound)
 

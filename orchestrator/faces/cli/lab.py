@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ...domain import inputs
 from .common import JsonOpt, NodeArg, bounded, checked, err, out
 from .tables import Column, WideOpt, joules, print_table, size_bytes
+
+if TYPE_CHECKING:
+    from peakpack.lab import Lab
 
 app = typer.Typer(help="A real local lab: nodes with their own sshd, dockerd, CRIU and IPMI BMC.",
                   no_args_is_help=True)
@@ -21,7 +24,7 @@ DirOpt = Annotated[
 ]
 
 
-def _lab(folder: Path | None):  # type: ignore[no-untyped-def]
+def _lab(folder: Path | None) -> Lab:
     from peakpack.lab import Lab  # lazy: start-up speed (each command loads only what it uses)
 
     return Lab(folder)
@@ -43,9 +46,8 @@ def up(
 ) -> None:
     """Create the nodes, start their services, write DIR/inventory.toml."""
     lab = _lab(folder)
-    sizes = {"memory_mb": memory_mb} if disk_gb is None else {"disk_gb": disk_gb, "memory_mb": memory_mb}
     with err.status("bringing the lab up") as status:
-        lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), **sizes)
+        lab.up(nodes=nodes, cpus=cpus, log=lambda text: status.update(text), disk_gb=disk_gb, memory_mb=memory_mb)
     out.print(f"lab up: {nodes} nodes in {lab.dir}; inventory: {lab.inventory_path}", markup=False, highlight=False)
 
 
@@ -88,19 +90,21 @@ def exec_(
     raise typer.Exit(proc.returncode)
 
 
-def _flag(name: str, help: str):  # type: ignore[no-untyped-def]
-    return Annotated[bool, typer.Option(f"--{name}", help=help)]
-
-
 @app.command()
 def fault(
     node: NodeArg,
-    partition: _flag("partition", "Cut the node off the network: its link down (its BMC still answers).") = False,
-    heal: _flag("heal", "Bring the node's link back up.") = False,
-    kill_dockerd: _flag("kill-dockerd", "SIGKILL the node's dockerd (containers run on, orphaned).") = False,
-    start_dockerd: _flag("start-dockerd", "Start the node's dockerd and wait until it answers.") = False,
-    fill_disk: _flag("fill-disk", "Allocate all free space of the node's own filesystem (its docker root).") = False,
-    free_disk: _flag("free-disk", "Remove what --fill-disk allocated.") = False,
+    partition: Annotated[bool, typer.Option(
+        "--partition", help="Cut the node off the network: its link down (its BMC still answers).")] = False,
+    heal: Annotated[bool, typer.Option(
+        "--heal", help="Bring the node's link back up.")] = False,
+    kill_dockerd: Annotated[bool, typer.Option(
+        "--kill-dockerd", help="SIGKILL the node's dockerd (containers run on, orphaned).")] = False,
+    start_dockerd: Annotated[bool, typer.Option(
+        "--start-dockerd", help="Start the node's dockerd and wait until it answers.")] = False,
+    fill_disk: Annotated[bool, typer.Option(
+        "--fill-disk", help="Allocate all free space of the node's own filesystem (its docker root).")] = False,
+    free_disk: Annotated[bool, typer.Option(
+        "--free-disk", help="Remove what --fill-disk allocated.")] = False,
     folder: DirOpt = None,
 ) -> None:
     """Inject a real fault into NODE, or undo one; exactly one flag; repeating one is harmless."""

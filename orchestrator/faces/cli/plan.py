@@ -192,10 +192,11 @@ def plan(
             print_table(out, QOS_COLUMNS, qos, title="QoS: label problems and suspected devils", wide=wide)
         for node, c in lowered.items():
             out.print(f"{node}: {c['why']}", markup=False, highlight=False)
-        p = prediction.to_json()
-        out.print(f"predicted over {p['horizon_s'] / 3600:g} h (model): {p['energy_saved_j'] / 1000:.1f} kJ saved "
-                  f"after {p['migration_j'] / 1000:.1f} kJ of migrations; frozen {p['frozen_ms'] / 1000:.1f} s "
-                  f"in total ({p['frozen_source']})", markup=False, highlight=False)
+        total = prediction.to_json()
+        out.print(f"predicted over {total['horizon_s'] / 3600:g} h (model): {total['energy_saved_j'] / 1000:.1f} kJ "
+                  f"saved after {total['migration_j'] / 1000:.1f} kJ of migrations; frozen "
+                  f"{total['frozen_ms'] / 1000:.1f} s in total ({total['frozen_source']})",
+                  markup=False, highlight=False)
         apply_with = f" --inventory {inventory}" if inventory is not None else " --inventory FILE"
         out.print(f"stored as plan {plan_id}, RECOMMENDED until {until:%Y-%m-%d %H:%M:%S} UTC: "
                   f"peakpack apply {plan_id}{apply_with}", markup=False, highlight=False)

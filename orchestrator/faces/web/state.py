@@ -102,8 +102,8 @@ def node_rows(snapshot: dict[str, Any] | None, inventory: Inventory | None, migr
         if m.state == "SUCCEEDED" and later(m.finished_at) and m.container in where:
             where[m.container] = m.target
     last_power: dict[str, EnergyRow] = {}
-    for r in energy:
-        last_power[r.node] = r
+    for row in energy:
+        last_power[row.node] = row
     specs = inventory.nodes_by_name if inventory else {}
     names = list(specs) + [n for n in powered if n not in specs]
     rows = []
