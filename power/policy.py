@@ -1,6 +1,7 @@
-"""The last check on a plan's power actions before it runs, pure.
+"""The last check on a plan's power actions before it runs (`adjust_plan`, pure; `PowerCheck`
+reads the quarantine and logs what it removed).
 
-Every power decision is made before solving (orchestrator/planner/rules.py: grace, spare nodes,
+Every power decision is made before solving (orchestrator/decide/planner/rules.py: grace, spare nodes,
 quarantine, break-even become problem data), so a plan never empties a node that then stays on.
 One thing can change between planning and running: a node may be quarantined meanwhile (its
 wake-up failed in a concurrent `apply`). A wake-up of a quarantined node is removed here, and
@@ -9,13 +10,14 @@ with it anything that needed the node; normally this finds nothing to remove.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from peakpack.orchestrator.decide.planner.explain import all_stay
 from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory, cluster_metrics
 from peakpack.orchestrator.domain.plan import ActionKind, Plan, replay
+from peakpack.orchestrator.domain.ports import PowerRepo
 
 
 def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory,
@@ -41,3 +43,17 @@ def adjust_plan(plan: Plan, snapshot: ClusterSnapshot, inventory: Inventory,
                                           "quarantined since it was made")
     return replace(plan, actions=keep, after=cluster_metrics(inventory, after), notes=tuple(notes),
                    explanations=explanations)
+
+
+class PowerCheck:
+    """`adjust_plan` against the quarantine as the store knows it now, each note logged: the last
+    check of a plan that may be executed."""
+
+    def __init__(self, inventory: Inventory, power: PowerRepo, log: Callable[[str], None]) -> None:
+        self.inventory, self.power, self.log = inventory, power, log
+
+    def __call__(self, plan: Plan, snapshot: ClusterSnapshot) -> Plan:
+        adjusted = adjust_plan(plan, snapshot, self.inventory, self.power.quarantined())
+        for note in adjusted.notes[len(plan.notes):]:
+            self.log(f"power policy: {note}")
+        return adjusted

@@ -36,6 +36,7 @@ from .accounting import (
     split_idle_w,
 )
 from .rapl import READ_SCRIPT, NodeCounters, parse_node_counters, parse_zones, restarted
+from .savings import SavingsRecorder
 
 
 class EnergySampler:
@@ -162,3 +163,22 @@ class EnergySampler:
             self.log(f"energy: {node}: no RAPL counter and no DCMI reading; using its power curve (source model)")
             return None
         return model_energy(node, spec.power, spec.cpus, load_cores, start, now, plan_id)
+
+
+class EnergyAccount:
+    """`Services.account_energy`: the interval that ends with `snapshot` closed (nodes woken
+    outside peakpack closed in the savings ledger first), one log line per counter source
+    (measured and modelled energy are never summed into one figure)."""
+
+    def __init__(self, sampler: EnergySampler, savings: SavingsRecorder, log: Callable[[str], None]) -> None:
+        self.sampler, self.savings, self.log = sampler, savings, log
+
+    def __call__(self, snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
+        self.savings.woken_outside(snapshot)
+        rows = self.sampler.sample(snapshot, plan_id)
+        nodes = [r for r in rows if r.container is None]
+        if nodes:
+            self.log("energy: " + ", ".join(
+                f"{sum(r.energy_j for r in nodes if r.source == s) / 1000:.1f} kJ {s} "
+                f"({sum(1 for r in nodes if r.source == s)} node(s))" for s in sorted({r.source for r in nodes})))
+        return rows

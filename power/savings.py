@@ -1,5 +1,5 @@
 """Recording the savings ledger (orchestrator/domain/savings.py) from the nodes' own counters,
-around what the executor does: the composition root (`faces/wiring.LiveOps`) calls it.
+around what the executor does: `power/switch.PowerSwitch` and `migrate/node_ops.LiveContainers` (its bracket) call it.
 
 - Before a node is switched off, an idle probe: two readings of its counter `IDLE_PROBE_S`
   apart while it hosts nothing (the executor checked), whose mean power is what the node draws

@@ -9,29 +9,18 @@ and a detached process now. Three SSH commands per node; each file replaces the 
 its sha256 matches on the node (`COPY`); a running guard keeps its copy until the new one replaces
 it, and the new one carries on from the quotas it finds.
 
-`report_argv` is the one command the controller runs at each observation to learn what the guard
-did since: its events after the last one stored, whether it runs, and which build.
+What the guard reports, and what peakpack would install, is `report.py` (observation reads it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shlex
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-from peakpack.orchestrator.domain.errors import NodeError
-from peakpack.orchestrator.domain.model import NodeSpec
+from peakpack.orchestrator.domain.model import Inventory, NodeSpec
 from peakpack.orchestrator.domain.qos import GuardSettings
 from peakpack.orchestrator.remote import SshPool
+from peakpack.orchestrator.remote.shell import RemoteShell
 
-from .guard import DEFAULT_STATE_DIR
+from .report import STATE_DIR, guard_json, guard_source, sha256
 
-GUARD_FILE = Path(__file__).with_name("guard.py")
-#: the node's guard folder, as a shell word (the lab sets $PEAKPACK_QOS_DIR per node)
-STATE_DIR = f'"${{PEAKPACK_QOS_DIR:-{DEFAULT_STATE_DIR}}}"'
 UNIT = "peakpack-guard.service"
 
 #: replaces a file of the guard's folder atomically with stdin ($1: its name), only once what
@@ -87,75 +76,6 @@ fi
 """
 
 
-def guard_source() -> str:
-    return GUARD_FILE.read_text()
-
-
-def sha256(text: str) -> str:
-    """The sha256 of a file as it is written on the node (UTF-8), in hex, as `sha256sum` prints it."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def digest(text: str) -> str:
-    """How the guard names a build of a file (its `file_digest`): 16 hex digits of its sha256."""
-    return sha256(text)[:16]
-
-
-def guard_json(spec: NodeSpec, settings: GuardSettings) -> str:
-    """The node's guard.json: the inventory's `[qos]`, and the node's name, CPUs and memory as
-    declared (the guard's capacity and memory limit)."""
-    return json.dumps({**settings.by_key(), "cpus": spec.cpus, "memory_mb": spec.memory_mb, "node": spec.name},
-                      indent=1, sort_keys=True) + "\n"
-
-
-def report_argv(after: tuple[str, int] | None) -> list[str]:
-    """The guard's report (one JSON document) with its events after `after` (log, seq); `{}` when
-    no guard is installed."""
-    log, seq = after or ("", 0)
-    run = (f'd={STATE_DIR}; [ -f "$d/guard.py" ] || {{ echo "{{}}"; exit 0; }}; '
-           f'exec python3 "$d/guard.py" report --state-dir "$d" --after {int(seq)} --log {shlex.quote(log)}')
-    return ["sh", "-c", run]
-
-
-@dataclass(frozen=True)
-class GuardReport:
-    """What a node's guard said at one observation (`guard.py report`)."""
-
-    installed: bool
-    running: bool = False
-    version: str | None = None           # of guard.py on the node
-    running_version: str | None = None   # of the guard process that runs
-    settings: str | None = None          # digest of its guard.json
-    log: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lost: bool = False                   # events between the last stored and these were rotated away
-    state: dict[str, Any] | None = None
-
-    @classmethod
-    def parse(cls, node: str, text: str) -> GuardReport:
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            raise NodeError(node, f"the QoS guard's report is not JSON: {text[:80]!r}") from None
-        if not isinstance(doc, dict) or not doc:
-            return cls(installed=False)
-        return cls(True, bool(doc.get("running")), doc.get("version"), doc.get("running_version"),
-                   doc.get("settings"), str(doc.get("log") or ""), list(doc.get("events") or []),
-                   bool(doc.get("lost")), doc.get("state"))
-
-    def outdated(self, spec: NodeSpec, settings: GuardSettings) -> str | None:
-        """Why this node's guard must be (re)installed; None: it runs, as peakpack would install it."""
-        if not self.installed:
-            return "no guard installed"
-        if not self.running:
-            return "the guard does not run"
-        if self.running_version != digest(guard_source()):
-            return f"the guard runs build {self.running_version}, this peakpack has {digest(guard_source())}"
-        if self.settings != digest(guard_json(spec, settings)):
-            return "its guard.json differs from the inventory's [qos]"
-        return None
-
-
 async def install(ssh: SshPool, spec: NodeSpec, settings: GuardSettings) -> str:
     """Copy the guard and its settings to the node and (re)start it; one line saying how."""
     node = spec.name
@@ -163,3 +83,14 @@ async def install(ssh: SshPool, spec: NodeSpec, settings: GuardSettings) -> str:
         await ssh.run(node, ["sh", "-c", COPY, "sh", name, sha256(text)], input=text, timeout=60)
     started = await ssh.run(node, ["sh", "-c", START], timeout=120)
     return (started.stdout.strip().splitlines() or ["guard: started"])[-1]
+
+
+class GuardInstaller:
+    """`Services.install_guard`: install or update one node's guard now (one line saying how)."""
+
+    def __init__(self, inventory: Inventory, shell: RemoteShell) -> None:
+        self.inventory, self.shell = inventory, shell
+
+    def __call__(self, node: str) -> str:
+        result: str = self.shell.call(install(self.shell.pool, self.inventory.node(node), self.inventory.qos.guard))
+        return result

@@ -24,63 +24,30 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.console import Console
 
-from ..decide.solve import Unsettled
 from ..domain.config import demo_snapshot, load_snapshot
 from ..domain.errors import FencedError, PeakpackError
-from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.model import Inventory
 from ..domain.plan import ActionKind, Plan
-from ..domain.ports import Journal, Services
+from ..domain.ports import Journal, Observation, Services
 from ..domain.records import EnergyRow
 from ..domain.savings import ledger
-from ..domain.states import PlanStatus
 from .apply import run_approvals
-from .epoch import execute_plan, propose_plan, restart_stopped, settle_unfinished
+from .epoch import EpochReport, EpochSettings, run_epoch, settle_step
 from .executor import ExecutionReport
 from .leadership import Lease, lease_ttl
 from .metrics import ControllerMetrics
 
 #: how often a leader between epochs looks for plans approved on a web page
 APPROVAL_POLL_S = 0.5
-
-
-def wakes_for_unsettled(inventory: Inventory, observed: ClusterSnapshot, unsettled: Iterable[Unsettled],
-                        quarantined: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Nodes to power on so that unsettled migrations can end (node -> why), and what an operator
-    must do where peakpack may not switch the node.
-
-    A migration waits while a node that its BMC confirms off may hold its container's only state
-    (a checkpoint on its disk). While the container runs on no node, waiting changes nothing, so
-    that node is woken when it is power-managed and not quarantined: nothing of the migration
-    starts there by itself (restart policy "no"), and settling decides once it answers. A node
-    that could not be observed (`observed.held`, before the migrations' holds are added) may run
-    the container, so then nothing is woken for that migration."""
-    running = {c.name for c in observed.containers}
-    off = {n.name for n in observed.nodes if not n.powered}
-    wake: dict[str, str] = {}
-    advice: list[str] = []
-    for m in unsettled:
-        nodes = (m.source, m.target)
-        if m.container in running or any(n in observed.held for n in nodes):
-            continue
-        for node in (n for n in nodes if n in off):
-            spec = inventory.node(node)
-            why_not = ("it is not power-managed" if not spec.power_managed
-                       else f"it is quarantined ({quarantined[node]})" if node in quarantined else None)
-            if why_not is None:
-                wake.setdefault(node, f"migration {m.id} of {m.container} runs nowhere and waits for {node}")
-            else:
-                advice.append(f"migration {m.id} of {m.container} runs nowhere and waits for {node}, which is off "
-                              f"and {why_not}: power it on by hand, then `peakpack reconcile`")
-    return wake, advice
 
 
 @dataclass(frozen=True)
@@ -107,7 +74,7 @@ class Controller:
         settings: ControllerSettings,
         console: Console | None = None,
         services: Services | None = None,
-        observe: Callable[[], ClusterSnapshot] | None = None,
+        observe: Callable[[], Observation] | None = None,
         sample_traffic: Callable[[], None] | None = None,
     ) -> None:
         """`services`: what a live controller acts through (None: it only plans); `observe`: how a
@@ -118,9 +85,7 @@ class Controller:
         self.settings = settings
         self._observer = observe
         self.console = console or Console(stderr=True)
-        # every energy row stored reaches the counter, from an epoch or from an approved plan
-        self.services = None if services is None else replace(
-            services, account_energy=self._counting(services.account_energy))
+        self.services = services
         self.metrics = ControllerMetrics()
         ttl = settings.lease_ttl_s if settings.lease_ttl_s is not None else lease_ttl(settings.epoch_seconds)
         self.lease = Lease(store, ttl, role="serve", log=self.log)
@@ -145,13 +110,13 @@ class Controller:
 
     # -- one epoch ------------------------------------------------------------------------------
 
-    def _observe(self) -> ClusterSnapshot:
+    def _observe(self) -> Observation:
         """What the cluster looks like now. A snapshot file is re-read every epoch, so an operator
         can update it in place."""
         if self.settings.snapshot_path is not None:
-            return load_snapshot(self.settings.snapshot_path, self.inventory)
+            return Observation(load_snapshot(self.settings.snapshot_path, self.inventory))
         if self.settings.demo:
-            return demo_snapshot(self.inventory)
+            return Observation(demo_snapshot(self.inventory))
         observe = self.services.observe if self.services is not None else self._observer
         if observe is None:
             raise ValueError("a controller needs a snapshot, the demo, Services or an observer")
@@ -180,51 +145,11 @@ class Controller:
 
     def reconcile(self) -> None:
         """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
-        start and at every epoch, so a running controller never plans around stale facts. A
-        failure is logged and the epoch goes on: what stays unsettled keeps its nodes held, and
-        the other nodes can still be planned and woken."""
+        start and at every epoch (the epoch's own first step), so a running controller never
+        plans around stale facts. A failure is logged and the controller goes on."""
         if self.settings.dry_run or self.services is None:
             return
-        try:
-            lines = settle_unfinished(self.store, self.services)
-        except FencedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - retried at the next epoch
-            self.log(f"reconcile failed: {type(exc).__name__}: {exc}; unsettled migrations keep their nodes held")
-            return
-        for line in lines:
-            self.log(f"reconcile: {line}")
-
-    def _wake_for_unsettled(self, observed: ClusterSnapshot) -> bool:
-        """Power on (the journaled power-on path) the nodes `wakes_for_unsettled` names; True when
-        one woke, so that the caller reconciles again."""
-        assert self.services is not None
-        wake, advice = wakes_for_unsettled(self.inventory, observed, self.store.migrations.unfinished(),
-                                           self.store.power.quarantined())
-        for line in advice:
-            self.log(f"unsettled: {line}")
-        woke = False
-        for node, why in wake.items():
-            self.log(f"waking {node}: {why}")
-            try:
-                self.services.ops.power_on(node, why)
-                woke = True
-            except FencedError:
-                raise  # another controller leads: it wakes what still needs waking
-            except PeakpackError as exc:
-                self.log(f"waking {node} failed: {exc}")
-        return woke
-
-    def _log_held(self, observed: ClusterSnapshot) -> None:
-        """Why nodes are held as observed (not observed, or a container's name running on two of
-        them: which owner started the second copy and what to do), each reason once with its nodes;
-        the plan leaves them as they are, so the operator must hear it every epoch until it is fixed."""
-        order = [n.name for n in observed.nodes]  # the inventory's
-        nodes: dict[str, list[str]] = {}
-        for node in sorted(observed.held, key=lambda n: order.index(n) if n in order else len(order)):
-            nodes.setdefault(observed.held[node], []).append(node)
-        for why, names in nodes.items():
-            self.log(f"held: {', '.join(names)}: {why}")
+        settle_step(self.store, self.services, self.log, tolerant=True)
 
     def start(self) -> None:
         """Take the lease now or fail with one line naming its holder, then take office."""
@@ -259,74 +184,32 @@ class Controller:
             self.services.close()
 
     def run_epoch(self) -> Plan:
+        """One epoch (`epoch.run_epoch`) under the lease; the metrics are read off its report."""
         self.start()
         self.lease.check()
-        if self._reconciled:
-            self._reconciled = False  # taking office has just reconciled
-        else:
-            self.reconcile()
-        for m in self.store.migrations.unfinished():  # listed first: the plan holds both their nodes
-            self.log(f"unsettled: migration {m.id} of {m.container} ({m.source} -> {m.target}) is {m.state.value}"
-                     + (f": {m.reason}" if m.reason else ""))
-        self.store.plans.expire()  # RECOMMENDED plans past `[review] plan_ttl_seconds`: EXPIRED
-        live = None if self.settings.dry_run else self.services
         if self._qos_counted is None:
             self._qos_counted = self.store.qos.newest_id()
-        observed = self._observe()
-        if live is not None and not self._stopping() and self._wake_for_unsettled(observed):
-            self.reconcile()  # what waited for the woken node is settled before planning
-            observed = self._observe()
-        self._log_held(observed)
-        if live is not None:
-            for line in restart_stopped(self.store, live, self.inventory, observed):
-                self.log(f"qos: {line}")
-        self._count_qos_events()
-        if live is not None:
-            live.account_energy(observed, None)  # closes the interval since the last epoch
-            self.metrics.observe_ledger(ledger(self.store.savings.history(), datetime.now(UTC)))
-        auto = live is not None and not self.settings.approve
-        proposal = propose_plan(
-            self.store, self.inventory, observed, status=PlanStatus.APPLYING if auto else PlanStatus.RECOMMENDED,
-            dry_run=self.settings.dry_run, remember=True, policy=self.settings.policy,
-            time_limit_s=self.settings.time_limit_s, adjust=None if live is None else live.adjust_plan)
-        plan, plan_id = proposal.plan, proposal.plan.plan_id
-        assert plan_id is not None
-        if proposal.forecasts:
-            self.log("demand: " + ", ".join(f"{sum(1 for f in proposal.forecasts.values() if f.source == s)} {s}"
-                                            for s in ("forecast", "label", "observed")))
-        self.metrics.observe_plan(plan)
-        self.log(
-            f"epoch: plan {plan_id} with {len(plan.actions)} action(s), "
-            f"{plan.before.power_w:.0f} W -> {plan.after.power_w:.0f} W"
-            + (" (dry run)" if plan.dry_run else "")
-        )
-        if not auto or live is None:
-            if self.settings.approve and plan.actions:
-                self.log(f"plan {plan_id} is RECOMMENDED: `peakpack plan show {plan_id}` prints it; approve it on "
-                         "the web page (serve --http-port), which runs it between epochs")
-            self._prune()
-            return plan
-        self.lease.check()
-        outcome = execute_plan(self.store, live, self.inventory, plan, plan_id, log=self.log,
-                               stop_requested=self._stopping)
-        self._record(plan, outcome.report)
-        self._prune()
-        return plan
+        report = run_epoch(
+            self.store, self.inventory,
+            EpochSettings(act=not self.settings.dry_run, approve=self.settings.approve, policy=self.settings.policy,
+                          time_limit_s=self.settings.time_limit_s, settle=not self._reconciled),
+            observe=self._observe, services=self.services, stop_requested=self._stopping,
+            check_lease=self.lease.check, log=self.log)
+        self._reconciled = False  # taking office has just reconciled: the next epoch does it itself
+        self._count(report)
+        assert report.plan is not None
+        return report.plan
 
-    def _prune(self) -> None:
-        """`[store]` retention, a few batches each epoch; a failure is logged, the service goes on
-        (the next epoch tries again)."""
-        if self._stopping():
-            return
-        try:
-            pruned = self.store.prune(self.inventory.store, datetime.now(UTC))
-        except FencedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - retention must never stop the controller
-            self.log(f"retention failed: {type(exc).__name__}: {exc}")
-            return
-        if pruned:
-            self.log(f"retention: {pruned.summary()}")
+    def _count(self, report: EpochReport, *, epoch: bool = True) -> None:
+        """The metrics of one epoch (`epoch`) or an approved plan's (its energy only), off its report."""
+        self._count_qos_events()
+        self._count_energy(report.energy)
+        if report.energy:
+            self.metrics.observe_ledger(ledger(self.store.savings.history(), datetime.now(UTC)))
+        if report.proposal is not None:
+            self.metrics.observe_plan(report.proposal.plan)
+        if epoch and report.outcome is not None and report.plan is not None:
+            self._record(report.plan, report.outcome.report)
 
     def _count_qos_events(self) -> None:
         """The QoS events journaled since the last count (by this epoch's observation, restarts):
@@ -339,16 +222,12 @@ class Controller:
         for node, n in sorted(per_node.items()):
             self.log(f"qos: {node}: {n} guard event(s)")
 
-    def _counting(self, account: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
-                  ) -> Callable[[ClusterSnapshot, int | None], list[EnergyRow]]:
-        """`account` that also adds each node's row to the energy counter."""
-        def counted(snapshot: ClusterSnapshot, plan_id: int | None) -> list[EnergyRow]:
-            rows = account(snapshot, plan_id)
-            for row in rows:
-                if row.container is None:  # per-container rows split the node's energy: not counted twice
-                    self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
-            return rows
-        return counted
+    def _count_energy(self, rows: list[EnergyRow]) -> None:
+        """Each node's row into the energy counter (per-container rows split the node's energy:
+        not counted twice)."""
+        for row in rows:
+            if row.container is None:
+                self.metrics.energy_j.labels(row.node, row.source).inc(row.energy_j)
 
     def _record(self, plan: Plan, report: ExecutionReport) -> None:
         ids = self.store.plans.action_ids(report.plan_id)
@@ -374,8 +253,9 @@ class Controller:
             return
         try:
             self.lease.check()
-            run_approvals(self.store, self.inventory, self.services, leader=self.owner, log=self.log,
-                          stop_requested=self._stopping)
+            for result in run_approvals(self.store, self.inventory, self.services, leader=self.owner, log=self.log,
+                                        stop_requested=self._stopping):
+                self._count(result.epoch, epoch=False)
         except FencedError as exc:
             self.lease.lose(exc.reason)
         except Exception as exc:  # noqa: BLE001 - the service goes on; the approval stays to be retried

@@ -77,17 +77,87 @@ class NodeOps(Protocol):
         ...
 
 
+class PowerOps(Protocol):
+    """Switching nodes (power/: IPMI, journaled as power events, measured for the savings)."""
+
+    def power_on(self, node: str, reason: str) -> None: ...
+    def power_off(self, node: str, reason: str) -> None: ...
+
+
+class ContainerOps(Protocol):
+    """Containers on nodes (migrate/: migrations, pinning, docker): the rest of `NodeOps`."""
+
+    def migrate(self, actions: Sequence[tuple[int, Action]],
+                stop_requested: Callable[[], bool]) -> dict[int, ActionState]: ...
+    def pin(self, node: str) -> None: ...
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool: ...
+    def start(self, node: str, container: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class JoinedOps:
+    """`NodeOps` from its two adapters, which never import each other: each call is handed on."""
+
+    power: PowerOps
+    containers: ContainerOps
+
+    def power_on(self, node: str, reason: str) -> None:
+        self.power.power_on(node, reason)
+
+    def power_off(self, node: str, reason: str) -> None:
+        self.power.power_off(node, reason)
+
+    def migrate(self, actions: Sequence[tuple[int, Action]],
+                stop_requested: Callable[[], bool]) -> dict[int, ActionState]:
+        return self.containers.migrate(actions, stop_requested)
+
+    def pin(self, node: str) -> None:
+        self.containers.pin(node)
+
+    def hosts_nothing(self, node: str, stopped: Collection[str] = ()) -> bool:
+        return self.containers.hosts_nothing(node, stopped)
+
+    def start(self, node: str, container: str) -> None:
+        self.containers.start(node, container)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one observation read, and nothing it wrote: the snapshot, and the rows the epoch's
+    `record` step stores (demand since each container's previous row, traffic since the previous
+    conntrack read, stall, the guards' new events), the nodes whose guard is not what peakpack
+    would install (node, why), and what could not be read (one line each)."""
+
+    snapshot: ClusterSnapshot
+    demand: tuple[DemandRecord, ...] = ()
+    traffic_reads: tuple[TrafficRead, ...] = ()
+    traffic_pairs: tuple[TrafficRecord, ...] = ()
+    pressure: tuple[PressureRecord, ...] = ()
+    guard_events: tuple[QosEventRecord, ...] = ()
+    events_lost: tuple[str, ...] = ()  # nodes whose guard log rotated past events not yet read
+    outdated_guards: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def in_turn(*steps: Callable[[], list[str]]) -> Callable[[], list[str]]:
+    """One step made of `steps`, run in their order, their lines joined (how the composition root
+    builds `Services.reconcile` from the adapters' own settling)."""
+    return lambda: [line for step in steps for line in step()]
+
+
 @dataclass
 class Services:
-    """What a live controller does to the world: observe the nodes (storing their demand rows),
-    act on them (`ops`), settle what a crash left unfinished, give a plan its last power check,
-    and account energy (store the rows of the interval that ends now and return them)."""
+    """What a live controller does to the world: observe the nodes (reading only), act on them
+    (`ops`), install a node's QoS guard (one line saying how), settle what a crash left
+    unfinished, give a plan its last power check, and account energy (store the rows of the
+    interval that ends with the snapshot given and return them)."""
 
-    observe: Callable[[], ClusterSnapshot]
+    observe: Callable[[], Observation]
     ops: NodeOps
     reconcile: Callable[[], list[str]]
     adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
     account_energy: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
+    install_guard: Callable[[str], str] = lambda node: f"{node}: no guard to install here"
     close: Callable[[], None] = lambda: None
     #: between observations, read the nodes' conntrack tables into the next observation's traffic
     sample_traffic: Callable[[], None] = lambda: None

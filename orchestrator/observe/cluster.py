@@ -25,15 +25,15 @@ from peakpack.migrate import spec
 
 from ..decide.demand import COUNTER, SAMPLE, cores_between
 from ..domain import inputs
-from ..domain.errors import HostKeyError, NodeError
+from ..domain.errors import HostKeyError, NodeError, PeakpackError
 from ..domain.model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
-from ..domain.ports import Journal
+from ..domain.ports import Journal, Observation
 from ..domain.records import DemandRecord
 from ..remote import SshPool
 from ..remote.shell import RemoteShell
 from .conntrack import NodeNet
-from .qos import qos_of, record_qos
-from .traffic import READ_SCRIPT, NodeTraffic, TrafficMeter, parse_read
+from .pressure import qos_of, read_qos
+from .traffic import READ_SCRIPT, Measured, NodeTraffic, TrafficMeter, parse_read
 
 #: every container, stopped ones too: a volume shared with a stopped container still pins both;
 #: a failing `docker ps` fails the node (an error is not an empty node)
@@ -237,6 +237,15 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: 
                         f"{str(exc).split(': ', 1)[-1]}")
 
 
+def running_on(shell: RemoteShell, node: str) -> list[Container]:
+    """One node's running containers now (none when it is off); PeakpackError when it cannot be
+    seen (what pinning works on)."""
+    view = shell.call(observe_node(shell.pool, node, lambda _: None))
+    if view.unknown is not None:
+        raise PeakpackError(view.unknown)
+    return view.containers if view.state.powered else []
+
+
 def node_traffic(node: str, address: str, running: Iterable[spec.Inspect], read_text: str) -> NodeTraffic:
     """A node's conntrack read with what maps it: its containers (their inspect documents) and
     addresses (the inventory's and the node's own)."""
@@ -378,28 +387,48 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
 PREVIOUS_EPOCHS = 3
 
 
-def observe_and_record(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
-                       bmc_power: PowerProbe, meter: TrafficMeter | None = None, install_guards: bool = False,
-                       log: Callable[[str], None] = lambda _: None,
-                       believed_off: frozenset[str] = frozenset()) -> ClusterSnapshot:
-    """`observe_cluster`, storing every container's demand since its previous row, its stall, what
-    the nodes' QoS guards did (`qos.record_qos`; `install_guards`: and install or update a guard
-    where it is missing or outdated) and, with a `meter`, the traffic between containers since the
-    previous read. `believed_off`: see `observe_node`."""
+def observe_cluster_rows(inventory: Inventory, store: Journal, shell: RemoteShell | None = None, *,
+                        bmc_power: PowerProbe, meter: TrafficMeter | None = None,
+                        believed_off: frozenset[str] = frozenset()) -> Observation:
+    """`observe_cluster` and the rows the epoch's `record` step stores: every container's demand
+    since its previous row, its stall, what the nodes' QoS guards did (`pressure.read_qos`) and,
+    with a `meter`, the traffic between containers since the previous read. The store is only
+    read here. `believed_off`: see `observe_node`."""
     own = shell is None
     shell = shell or RemoteShell(inventory)
     try:
         snapshot, usage, reads = observe_usage(inventory, bmc_power, shell, traffic=meter is not None,
                                                believed_off=believed_off)
         recent = snapshot.taken_at - timedelta(seconds=PREVIOUS_EPOCHS * inventory.cluster.epoch_seconds)
-        store.demand.add(demand_records(usage, store.demand.latest(since=recent), snapshot.taken_at))
-        if meter is not None:
-            measured = meter.measure(reads, snapshot.taken_at)
-            store.traffic.add(measured.reads, measured.pairs)
-        record_qos(inventory, store, shell.pool, shell.call, snapshot, install=install_guards, log=log, recent=recent)
+        demand = demand_records(usage, store.demand.latest(since=recent), snapshot.taken_at)
+        measured = meter.measure(reads, snapshot.taken_at) if meter is not None else Measured([], [])
+        qos = read_qos(inventory, store, shell.pool, shell.call, snapshot, recent=recent)
     finally:
         if own:
             shell.close()
-    return snapshot
+    return Observation(snapshot, demand=tuple(demand), traffic_reads=tuple(measured.reads),
+                       traffic_pairs=tuple(measured.pairs), pressure=tuple(qos.pressure),
+                       guard_events=tuple(qos.events), events_lost=tuple(qos.lost),
+                       outdated_guards=tuple(qos.outdated), notes=tuple(qos.notes))
 
 
+class Observer:
+    """The live observation `serve` and `apply` make each time: nodes seen off last time, or
+    switched off by peakpack lately (`switched_off`), are asked to their BMC first."""
+
+    def __init__(self, inventory: Inventory, store: Journal, shell: RemoteShell, bmc_power: PowerProbe,
+                 meter: TrafficMeter | None) -> None:
+        self.inventory, self.store, self.shell, self.bmc_power, self.meter = inventory, store, shell, bmc_power, meter
+        self.off: frozenset[str] = frozenset()  # nodes off at the last observation
+
+    def __call__(self) -> Observation:
+        believed_off = self.off | switched_off(self.store, datetime.now(UTC))
+        seen = observe_cluster_rows(self.inventory, self.store, self.shell, bmc_power=self.bmc_power,
+                                    meter=self.meter, believed_off=believed_off)
+        self.off = frozenset(n.name for n in seen.snapshot.nodes if not n.powered)
+        return seen
+
+    def sample_traffic(self) -> None:
+        """Between observations: the conntrack tables into the next observation's rows."""
+        if self.meter is not None:
+            sample_traffic(self.inventory, self.shell, self.meter)

@@ -1,4 +1,4 @@
-"""The NodeOps contract (tests/support/node_ops_contract.py) against the live `LiveOps` on the lab
+"""The NodeOps contract (tests/support/node_ops_contract.py) against the live `JoinedOps` on the lab
 (SSH, docker/CRIU, IPMI): what the unit tests' `FakeNodeOps` promises, the real nodes do. The
 points are walked in sequence on one busybox container to keep the lab work short."""
 

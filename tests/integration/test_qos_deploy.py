@@ -15,11 +15,14 @@ import pytest
 
 from peakpack.db.store import Store
 from peakpack.lab import Lab
+from peakpack.orchestrator.act.epoch import install_guards
 from peakpack.orchestrator.domain.config import load_inventory
 from peakpack.orchestrator.domain.model import ClusterSnapshot, NodeState
-from peakpack.orchestrator.observe.qos import record_qos
+from peakpack.orchestrator.domain.ports import Observation, Services
+from peakpack.orchestrator.observe.pressure import read_qos
 from peakpack.orchestrator.remote.shell import RemoteShell
 from peakpack.qos import deploy
+from peakpack.qos import report as guard_report
 
 pytestmark = pytest.mark.integration
 NODE = "node-3"
@@ -49,22 +52,26 @@ def test_a_guard_cut_short_on_its_node_is_installed_whole_at_the_next_observatio
     assert on_node(lab) == whole
     cut = lab.exec(NODE, ["sh", "-c", f"head -c 3000 {GUARD} > /tmp/g.part && mv -f /tmp/g.part {GUARD}"])
     assert cut.returncode == 0 and on_node(lab) != whole, cut.stderr
-    broken = lab.exec(NODE, deploy.report_argv(None))
+    broken = lab.exec(NODE, guard_report.report_argv(None))
     assert broken.returncode != 0 and "Error" in broken.stderr  # it cannot report any more
 
     inv = load_inventory(lab.inventory_path)
     said: list[str] = []
     with RemoteShell(inv) as shell, Store.open(f"sqlite:///{tmp_path}/pp.db") as store:
         snapshot = ClusterSnapshot(nodes=(NodeState(NODE),), containers=())  # node-3 only: the others have none
-        record_qos(inv, store, shell.pool, shell.call, snapshot, install=True, log=said.append)
+        read = read_qos(inv, store, shell.pool, shell.call, snapshot)
+        seen = Observation(snapshot, outdated_guards=tuple(read.outdated), notes=tuple(read.notes))
+        services = Services(observe=lambda: seen, ops=None, reconcile=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
+                            account_energy=lambda _s, _p: [], install_guard=deploy.GuardInstaller(inv, shell))
+        said += install_guards(store, services, seen)
         [installed] = store.qos.events(kinds=("guard_install",))
         assert installed.node == NODE and (installed.reason or "").startswith("the guard fails to report"), said
         assert on_node(lab) == whole
         deadline = time.monotonic() + 60
-        report = deploy.GuardReport.parse(NODE, lab.exec(NODE, deploy.report_argv(None)).stdout)
+        report = guard_report.GuardReport.parse(NODE, lab.exec(NODE, guard_report.report_argv(None)).stdout)
         while not report.running and time.monotonic() < deadline:
             time.sleep(1)
-            report = deploy.GuardReport.parse(NODE, lab.exec(NODE, deploy.report_argv(None)).stdout)
+            report = guard_report.GuardReport.parse(NODE, lab.exec(NODE, guard_report.report_argv(None)).stdout)
         assert report.outdated(inv.node(NODE), inv.qos.guard) is None  # runs, this build, these settings
 
         # a copy cut short now: refused on the node, the guard there stays whole

@@ -1,6 +1,6 @@
 """The one fake of the node operations (`domain.ports.NodeOps`) and of the live `Services`, for
 every unit test that acts on nodes. `FakeNodeOps` changes a small in-memory world and journals
-where the live ones do (`faces/wiring.LiveOps` for power, `migrate/batch.py` for migrations), so
+where the live ones do (`power/switch.PowerSwitch` for power, `migrate/batch.py` for migrations), so
 what a test reads from the store is what a controller on real nodes would find there;
 `tests/support/node_ops_contract.py` holds it to the live behaviour."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from peakpack.orchestrator.domain.errors import NodeError, PowerError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
 from peakpack.orchestrator.domain.plan import Action
-from peakpack.orchestrator.domain.ports import Journal, Services
+from peakpack.orchestrator.domain.ports import Journal, Observation, Services
 from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.states import ActionState, MigrationState
 
@@ -138,9 +138,9 @@ def fake_services(journal: Journal, snapshot: ClusterSnapshot, reconciled: Seque
     `energy`."""
     ops = FakeNodeOps(journal, FakeWorld.from_snapshot(snapshot))
 
-    def observe() -> ClusterSnapshot:
+    def observe() -> Observation:
         ops.world = FakeWorld.from_snapshot(snapshot)
-        return snapshot
+        return Observation(snapshot)
 
     return Services(
         observe=observe,

@@ -1,5 +1,5 @@
 """What `domain.ports.NodeOps` promises the plan executor, written once and run against
-`tests/support/fakes.FakeNodeOps` (tests/unit/test_node_ops_contract.py) and the live `LiveOps` on
+`tests/support/fakes.FakeNodeOps` (tests/unit/test_node_ops_contract.py) and the live `JoinedOps` on
 the lab (tests/integration/test_node_ops_contract.py). Where the two disagree the fake is wrong:
 unit tests over it would pass against behaviour the real nodes do not have.
 

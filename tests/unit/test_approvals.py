@@ -20,7 +20,7 @@ from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.domain.config import demo_snapshot
 from peakpack.orchestrator.domain.model import ClusterSnapshot, Inventory
 from peakpack.orchestrator.domain.plan import Action
-from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.ports import Observation, Services
 from peakpack.orchestrator.domain.records import ApprovalState
 from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 from peakpack.orchestrator.faces.web.app import create_app
@@ -57,7 +57,7 @@ class RecordingOps:
 
 
 def services(ops: RecordingOps, snap: ClusterSnapshot) -> Services:
-    return Services(observe=lambda: snap, ops=ops, reconcile=lambda: [],  # type: ignore[arg-type]
+    return Services(observe=lambda: Observation(snap), ops=ops, reconcile=lambda: [],  # type: ignore[arg-type]
                     adjust_plan=lambda plan, _s: plan, account_energy=lambda _s, _p: [])
 
 

@@ -71,7 +71,8 @@ def test_the_executor_does_not_switch_off_a_node_its_guard_stopped_a_container_o
         services.ops.world = FakeWorld({"w0", "w1"}, {"a": "w0"}, {"b": "w1"})  # type: ignore[attr-defined]
         store.qos.record("w1", EVICTED, "b", "available 40 MiB < 10% of 512 MiB")
         plan_id = store.plans.save(plan, "t", snap, status=PlanStatus.APPLYING)
-        outcome = execute_plan(store, services, inv, plan, plan_id, log=lambda _: None, stop_requested=lambda: False)
+        outcome = execute_plan(store, services, inv, plan, plan_id, snap, log=lambda _: None,
+                               stop_requested=lambda: False)
         [action] = store.plans.actions(plan_id=plan_id)
         assert outcome.states == {0: ActionState.SKIPPED} and ("power_off", "w1") not in services.ops.calls  # type: ignore[attr-defined]
         assert action.detail == ("the node hosts containers that the plan did not know of, or b, stopped there by "
@@ -79,7 +80,8 @@ def test_the_executor_does_not_switch_off_a_node_its_guard_stopped_a_container_o
         # once b is gone from w1 (removed by hand), nothing keeps it on
         services.ops.world = FakeWorld({"w0", "w1"}, {"a": "w0"})  # type: ignore[attr-defined]
         plan_id = store.plans.save(plan, "t", snap, status=PlanStatus.APPLYING)
-        outcome = execute_plan(store, services, inv, plan, plan_id, log=lambda _: None, stop_requested=lambda: False)
+        outcome = execute_plan(store, services, inv, plan, plan_id, snap, log=lambda _: None,
+                               stop_requested=lambda: False)
         assert outcome.states == {0: ActionState.SUCCEEDED}
 
 

@@ -127,7 +127,7 @@ def importers(prefix: str) -> set[str]:
 
 def test_the_import_walker_sees_relative_and_absolute_imports() -> None:
     found = internal_edges(ROOT / "orchestrator/faces/wiring.py")
-    assert {"peakpack.migrate.batch", "peakpack.power.policy", "peakpack.orchestrator.domain.ports",
+    assert {"peakpack.migrate.node_ops", "peakpack.power.policy", "peakpack.orchestrator.domain.ports",
             "peakpack.db.store"} <= found
 
 
@@ -255,3 +255,44 @@ def test_an_import_inside_a_function_says_why() -> None:
             if not any("# lazy:" in line for line in said):
                 silent.append(f"{rel(path)}:{node.lineno}")
     assert sorted(set(silent)) == []
+
+
+#: what observation may not import: the store's writers and the guards' installer (it reads; the
+#: epoch's `record_observation` and `install_guards` write)
+WRITERS = ("peakpack.db", "peakpack.qos.deploy", "peakpack.migrate.transaction", "peakpack.migrate.batch",
+           "peakpack.migrate.pinning", "peakpack.power")
+#: the repositories' methods that write (domain/ports.py): observation calls none of them
+WRITES = {"add", "add_samples", "record", "save", "begin", "finish", "set_status", "set_action_state", "close",
+          "quarantine", "clear_quarantine", "set_idle_since", "step_started", "step_finished", "expire", "prune",
+          "request", "acquire", "renew", "release"}
+REPOS = {"plans", "migrations", "pinning", "power", "energy", "demand", "traffic", "savings", "pressure", "qos",
+         "lease", "approvals"}
+
+
+def test_observation_only_reads() -> None:
+    """observe/ imports no writer and calls no repository's write: what it read is stored by the
+    epoch's own step (`act/epoch.record_observation`), and guards are installed by another."""
+    broken = []
+    for path in (ROOT / "orchestrator/observe").rglob("*.py"):
+        broken += [f"{rel(path)} imports {t}" for t in internal_edges(path)
+                   if any(t == w or t.startswith(w + ".") for w in WRITERS)]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITES
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in REPOS):
+                broken.append(f"{rel(path)}:{node.lineno} writes {node.func.value.attr}.{node.func.attr}")
+    assert broken == []
+
+
+def test_the_composition_root_holds_no_behaviour() -> None:
+    """faces/wiring.py constructs and hands over: no class, and its functions are one return of
+    what they built (after plain assignments), no loop, branch, try, or function of its own."""
+    tree = ast.parse((ROOT / "orchestrator/faces/wiring.py").read_text())
+    broken = [f"class {n.name}" for n in tree.body if isinstance(n, ast.ClassDef)]
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if not body or not isinstance(body[-1], ast.Return) or not all(isinstance(s, ast.Assign) for s in body[:-1]):
+            broken.append(f"{fn.name}: not assignments then one return")
+        broken += [f"{fn.name}:{n.lineno} {type(n).__name__}" for s in fn.body for n in ast.walk(s)
+                   if isinstance(n, (ast.For, ast.While, ast.If, ast.IfExp, ast.Try, ast.With, ast.Lambda,
+                                     ast.FunctionDef, ast.AsyncFunctionDef, ast.ListComp, ast.DictComp))]
+    assert broken == []

@@ -25,8 +25,7 @@ from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.act.leadership import MAX_TTL_S, MIN_TTL_S, Lease, lease_ttl
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import FencedError, StoreError
-from peakpack.orchestrator.domain.model import ClusterSnapshot
-from peakpack.orchestrator.domain.ports import Services
+from peakpack.orchestrator.domain.ports import Observation, Services
 from tests.support.fakes import fake_services
 from tests.support.postgres import drop_schema, server_pids
 
@@ -166,10 +165,10 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
     events: list[str] = []
     with Store.open(url) as a_store, Store.open(url) as b_store:
         def services(store: Store, record: bool) -> Services:
-            def observe() -> ClusterSnapshot:
+            def observe() -> Observation:
                 if record:
                     events.append("observe")
-                return snap
+                return Observation(snap)
 
             def reconcile() -> list[str]:
                 if record:

@@ -22,6 +22,7 @@ from peakpack.orchestrator.act.controller import Controller, ControllerSettings
 from peakpack.orchestrator.decide.solve import hold_unsettled, make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.model import Container, NodeState
+from peakpack.orchestrator.domain.ports import Observation
 from peakpack.orchestrator.faces.web.app import create_app
 from peakpack.orchestrator.observe.cluster import NodeView, one_copy_each
 from tests.unit.test_migrate_spec import variant
@@ -186,7 +187,7 @@ def test_the_controller_logs_the_hold_and_the_web_page_shows_it(store: Store) ->
     snap = replace(demo_snapshot(inv), held={"node-1": twice, "node-2": twice})
     log = io.StringIO()
     controller = Controller(inv, store, ControllerSettings(dry_run=True, policy="noop", time_limit_s=2),
-                            console=Console(file=log, width=1000), observe=lambda: snap)
+                            console=Console(file=log, width=1000), observe=lambda: Observation(snap))
     controller.run_once()
     assert f"held: node-1, node-2: {twice}\n" in log.getvalue()
     store.plans.save(make_plan(inv, snap, policy="noop"), "demo", snap)

@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from peakpack.db.store import Store
-from peakpack.orchestrator.act.controller import Controller, ControllerSettings, wakes_for_unsettled
-from peakpack.orchestrator.act.epoch import planning_view
+from peakpack.orchestrator.act.controller import Controller, ControllerSettings
+from peakpack.orchestrator.act.epoch import planning_view, wakes_for_unsettled
 from peakpack.orchestrator.act.executor import PlanExecutor
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot

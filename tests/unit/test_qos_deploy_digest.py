@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from peakpack.db.store import Store
+from peakpack.orchestrator.act.epoch import install_guards
 from peakpack.orchestrator.domain.config import demo_inventory
 from peakpack.orchestrator.domain.model import ClusterSnapshot, NodeState
-from peakpack.orchestrator.observe.qos import record_qos
+from peakpack.orchestrator.domain.ports import Observation, Services
+from peakpack.orchestrator.observe.pressure import read_qos
 from peakpack.orchestrator.remote.ssh import CommandResult
 from peakpack.qos import deploy
 
@@ -81,7 +83,12 @@ def test_a_guard_that_fails_to_report_is_reinstalled(tmp_path: Path) -> None:
         return asyncio.run(coro)
 
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
-        record_qos(inv, store, pool, call, snapshot, install=True, log=said.append)  # type: ignore[arg-type]
+        read = read_qos(inv, store, pool, call, snapshot)  # type: ignore[arg-type]
+        seen = Observation(snapshot, outdated_guards=tuple(read.outdated), notes=tuple(read.notes))
+        services = Services(observe=lambda: seen, ops=None, reconcile=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
+                            account_energy=lambda _s, _p: [],
+                            install_guard=lambda n: call(deploy.install(pool, inv.node(n), inv.qos.guard)))  # type: ignore[arg-type]
+        said += install_guards(store, services, seen)
         [installed] = store.qos.events(kinds=("guard_install",))
     assert (node / "guard.py").read_text() == deploy.guard_source()
     assert installed.node == "node-1" and (installed.reason or "").startswith(

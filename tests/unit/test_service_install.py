@@ -154,7 +154,7 @@ def test_the_stop_timeout_outlasts_the_longest_step_of_the_code() -> None:
     from peakpack.migrate.transaction import CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S
     from peakpack.orchestrator.domain.config import demo_inventory
     from peakpack.orchestrator.faces.cli.service import longest_step_s, stop_timeout_s
-    from peakpack.orchestrator.faces.wiring import POWER_OFF_WAIT_S
+    from peakpack.power.switch import POWER_OFF_WAIT_S
 
     inv = demo_inventory()
     steps = (COPY_TIMEOUT_S, CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S, POWER_OFF_WAIT_S,

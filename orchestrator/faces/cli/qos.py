@@ -65,21 +65,21 @@ STATUS_COLUMNS = (
 def status(inventory: InventoryArg, nodes: NodesArg = None, json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """Per node: whether its guard runs the build and settings peakpack would install, the
     best-effort CPU it allows now, the node's CPU use and free memory."""
-    from peakpack.qos import deploy  # lazy: start-up speed (each command loads only what it uses)
+    from peakpack.qos import report as guard_report  # lazy: start-up speed (each command loads only what it uses)
 
     from ...remote.shell import RemoteShell
 
     inv = load_inventory(inventory)
     names = _nodes(inv, nodes)
     with RemoteShell(inv) as shell:
-        answers = shell.gather([shell.pool.run(n, deploy.report_argv(("*", 2**62)), timeout=60) for n in names])
+        answers = shell.gather([shell.pool.run(n, guard_report.report_argv(("*", 2**62)), timeout=60) for n in names])
     rows = []
     for name, answer in zip(names, answers, strict=True):
         row: dict[str, Any] = {"node": name}
         try:
             if isinstance(answer, BaseException):
                 raise answer
-            report = deploy.GuardReport.parse(name, answer.stdout)
+            report = guard_report.GuardReport.parse(name, answer.stdout)
         except PeakpackError as exc:
             rows.append({**row, "guard": "unknown", "problem": f"the guard fails to report ({exc}): "
                                                               f"`peakpack qos install -i {inventory} {name}`"})

@@ -3,7 +3,7 @@ unfinished or in-doubt migrations, power actions left ONGOING. Prints what it fo
 migration leases on the nodes that nobody renews any more (with their age and owner).
 
 Unlike `migrate` and `pin`, it is not refused what an unsettled migration holds: settling is what
-it does there, by the same table as the controller (`faces.wiring.reconcile`), and nothing else
+it does there, by the same table as the controller (`faces.wiring.live_settling`), and nothing else
 (no migration begun, no cpuset, no power switched, no plan run), so it is no back door around
 the hold."""
 
@@ -26,7 +26,7 @@ def reconcile(
     from peakpack.power.ipmi import power_probe
 
     from ...remote.shell import RemoteShell  # lazy: start-up speed (each command loads only what it uses)
-    from ..wiring import reconcile as settle_all  # lazy: start-up speed (each command loads only what it uses)
+    from ..wiring import live_settling  # lazy: start-up speed (each command loads only what it uses)
 
     inv = load_inventory(inventory)
     with (open_store(db) as store, manual_lease(store, "reconcile") as lease, interruptible(lease) as stop,
@@ -34,7 +34,7 @@ def reconcile(
         found = [f"migration {m.id} ({m.container} {m.source} -> {m.target}): {m.state.value}"
                  for m in store.migrations.unfinished()]
         found += [f"power event {e.id} ({e.action} {e.node}): ONGOING" for e in store.power.events(state="ONGOING")]
-        done = settle_all(inv, store, shell, stop_requested=stop)
+        done = live_settling(inv, store, shell, stop_requested=stop)()
         probe = power_probe(inv)  # a node its BMC says is off holds no lease anyone could renew
         stale = shell.call(stale_leases(shell.pool, [n for n in inv.node_names if probe(n) is not False]))
     if json_out:

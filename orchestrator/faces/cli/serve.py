@@ -94,9 +94,10 @@ def serve(
             from ..wiring import live_observer, live_services  # lazy: start-up speed
 
             if dry_run:
-                observer, sampler = live_observer(inv, store, err)
+                observer = live_observer(inv, store, err)
+                sampler = observer.sample_traffic
             else:
-                services = live_services(inv, store, console=err, install_guards=True)
+                services = live_services(inv, store, console=err)
         controller = Controller(inv, store, settings, console=err, services=services, observe=observer,
                                 sample_traffic=sampler)
         with ExitStack() as web:

@@ -90,8 +90,7 @@ def longest_step_s(inv: Inventory) -> float:
     # lazy: start-up speed (the migration and the live services load only for `service install`)
     from peakpack.migrate.copy import COPY_TIMEOUT_S
     from peakpack.migrate.transaction import CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S
-
-    from ..wiring import POWER_OFF_WAIT_S
+    from peakpack.power.switch import POWER_OFF_WAIT_S
 
     return max(COPY_TIMEOUT_S, CHECKPOINT_TIMEOUT_S, PULL_TIMEOUT_S, SYNC_TIMEOUT_S,
                inv.planner.wake_timeout_seconds, POWER_OFF_WAIT_S)

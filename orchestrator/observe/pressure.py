@@ -1,15 +1,14 @@
 """What the nodes' QoS guards did and how much their containers stalled, read at each observation
-that is stored (`serve`, `apply`), over SSH, two commands per powered node:
+(`serve`, `apply`), over SSH, two commands per powered node; read only: the epoch's `record` step
+stores the rows, and its `install_guards` step installs the guards found outdated:
 
 - PRESSURE_SCRIPT: every running container's cumulative PSI totals (cpu `some`, memory `some` and
   `full`, from its cgroup2 directory: `/sys/fs/cgroup` on a cgroup v2 host, `/sys/fs/cgroup/unified`
   on a hybrid one, where runc puts containers too) and the run-queue wait of its threads
   (`/proc/TID/schedstat`); the store keeps one row per container per observation
   (`decide/qos.pressure_records`: deltas as shares of the interval), whether a guard runs or not;
-- the guard's report (`qos/deploy.report_argv`): its events since the last one stored, journaled
+- the guard's report (`qos/guard_report.report_argv`): its events since the last one stored, journaled
   once each (`Journal.qos`), and whether it runs the build and settings peakpack would install.
-  Where it does not and the caller may change nodes (`install=True`: `serve`, not its dry run),
-  the guard is installed or updated there (`qos/deploy.install`).
 
 Neither can fail an observation: a node that does not answer them is logged and planned as usual.
 """
@@ -20,16 +19,17 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from peakpack.qos import deploy
+from peakpack.qos import report as guard_report
 from peakpack.qos.guard import qos_class
 
 from ..decide.qos import Reading, pressure_records
-from ..domain.errors import NodeError, PeakpackError
+from ..domain.errors import NodeError
 from ..domain.model import ClusterSnapshot, Inventory, NodeSpec, QosClass
 from ..domain.ports import Journal
 from ..domain.qos import GuardSettings
-from ..domain.records import QosEventRecord
+from ..domain.records import PressureRecord, QosEventRecord
 from ..remote import SshPool
 
 #: "NAME CPU_SOME_US MEM_SOME_US MEM_FULL_US WAIT_NS" per running container ("-": not readable).
@@ -82,7 +82,7 @@ def qos_of(labels: dict[str, str]) -> tuple[QosClass, str | None]:
     return QosClass(value), problem
 
 
-def event_records(node: str, report: deploy.GuardReport) -> list[QosEventRecord]:
+def event_records(node: str, report: guard_report.GuardReport) -> list[QosEventRecord]:
     """The report's events as store records, under the inventory's name of the node."""
     records = []
     for e in report.events:
@@ -104,7 +104,7 @@ class NodeQos:
 
     node: str
     readings: list[Reading]
-    report: deploy.GuardReport | None
+    report: guard_report.GuardReport | None
     error: str | None = None
     unreported: str | None = None
 
@@ -120,7 +120,7 @@ class NodeQos:
 async def read_node(ssh: SshPool, node: str, after: tuple[str, int] | None, snapshot: ClusterSnapshot) -> NodeQos:
     pressure, report = await asyncio.gather(
         ssh.run(node, ["sh", "-c", PRESSURE_SCRIPT], timeout=60, check=False),
-        ssh.run(node, deploy.report_argv(after), timeout=60, check=False), return_exceptions=True)
+        ssh.run(node, guard_report.report_argv(after), timeout=60, check=False), return_exceptions=True)
     errors = [str(pressure)] if isinstance(pressure, BaseException) else []
     readings: list[Reading] = []
     parsed, unreported = None, None
@@ -133,7 +133,7 @@ async def read_node(ssh: SshPool, node: str, after: tuple[str, int] | None, snap
         if isinstance(report, BaseException):
             unreported = str(report)
         elif report.ok:
-            parsed = deploy.GuardReport.parse(node, report.stdout)
+            parsed = guard_report.GuardReport.parse(node, report.stdout)
         else:
             unreported = f"node {node}: the guard's report failed: {report.stderr.strip()[-200:]}"
     except NodeError as exc:
@@ -142,41 +142,41 @@ async def read_node(ssh: SshPool, node: str, after: tuple[str, int] | None, snap
                    unreported)
 
 
-def record_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callable, snapshot: ClusterSnapshot, *,
-               install: bool, log: Callable[[str], None], recent: datetime | None = None) -> None:
-    """Read every observed node's pressure and guard report, store them, and (`install`) install
-    or update the guard where it is missing, stopped, fails to report, or is not what this peakpack
-    would install.
-    `call` runs a coroutine on the shell's loop (`RemoteShell.call`); `recent`: how far back a
-    container's previous pressure row is looked for."""
+@dataclass(frozen=True)
+class QosReadings:
+    """Every observed node's stall rows and guard report, as rows to store: the `Observation`'s part."""
+
+    pressure: list[PressureRecord]
+    events: list[QosEventRecord]
+    lost: list[str]  # nodes whose guard log rotated past events not yet read
+    outdated: list[tuple[str, str]]  # (node, why its guard must be installed)
+    notes: list[str]
+
+
+def read_qos(inventory: Inventory, store: Journal, ssh: SshPool, call: Callable[[Any], Any],
+             snapshot: ClusterSnapshot, *, recent: datetime | None = None) -> QosReadings:
+    """Read every observed node's pressure and guard report (the store is only read: which events
+    it holds, each container's previous pressure row since `recent`).
+    `call` runs a coroutine on the shell's loop (`RemoteShell.call`)."""
     nodes = [n.name for n in snapshot.nodes if n.powered and n.name not in snapshot.held]
     after = store.qos.last_seq()
 
     async def read_all() -> list[NodeQos]:
         return list(await asyncio.gather(*(read_node(ssh, n, after.get(n), snapshot) for n in nodes)))
 
-    results = call(read_all())
+    results: list[NodeQos] = call(read_all())
     readings = [r for q in results for r in q.readings]
-    if readings:
-        store.pressure.add(pressure_records(readings, store.pressure.latest(since=recent), snapshot.taken_at))
-    stale = []
+    pressure = pressure_records(readings, store.pressure.latest(since=recent), snapshot.taken_at) if readings else []
+    events: list[QosEventRecord] = []
+    lost, outdated, notes = [], [], []
     for q in results:
         if q.error:
-            log(f"qos: {q.error}")
+            notes.append(f"qos: {q.error}")
         if q.report is not None:
-            store.qos.add(event_records(q.node, q.report))  # the controller reports them (`_count_qos_events`)
+            events += event_records(q.node, q.report)
             if q.report.lost:
-                store.qos.record(q.node, "events_lost", None, "the guard's event log rotated past events not yet read")
+                lost.append(q.node)
         why = q.outdated(inventory.node(q.node), inventory.qos.guard)
         if why is not None:
-            stale.append((q.node, why))
-    if install and inventory.qos.install:
-        for node, why in stale:
-            try:
-                line = call(deploy.install(ssh, inventory.node(node), inventory.qos.guard))
-            except PeakpackError as exc:
-                log(f"qos: {node}: installing the guard failed ({why}): {exc}")
-                store.qos.record(node, "guard_install_failed", None, f"{why}: {exc}")
-                continue
-            log(f"qos: {node}: {why}: installed: {line}")
-            store.qos.record(node, "guard_install", None, f"{why}; {line}")
+            outdated.append((q.node, why))
+    return QosReadings(pressure, events, lost, outdated, notes)
