@@ -76,7 +76,7 @@ class PlannerSettings:
     #: a container that moved within the forecast window does not move again unless the cap
     #: forces it
     hysteresis: bool = True
-    # -- power decisions (also accepted as `[power_policy]`); see orchestrator/planner/rules.py
+    # -- power decisions (also accepted as `[power_policy]`); see orchestrator/decide/planner/rules.py
     #: a node woken, or that became empty by itself, this recently is not switched off
     grace_seconds: float = 600.0
     spare_nodes: int = 0              # empty powered nodes kept on as spare capacity

@@ -42,17 +42,17 @@ def test_switching_an_empty_node_off_and_on_is_measured_and_no_row_spans_the_tim
     with Store.open(url) as store:
         services = live_services(inv, store, Console(file=log))
         try:
-            snapshot = services.observe()
+            snapshot = services.observe().snapshot
             plan_id = store.plans.save(make_plan(inv, snapshot, policy="noop"), inventory="lab", snapshot=snapshot)
             services.account_energy(snapshot, None)  # the samples the next interval starts from
             time.sleep(2)
             services.ops.power_off("node-3", f"plan {plan_id}: emptied")
             time.sleep(8)
             services.ops.power_on("node-3", f"plan {plan_id}")
-            across = services.account_energy(services.observe(), None)
+            across = services.account_energy(services.observe().snapshot, None)
             assert not [r for r in across if r.node == "node-3"], across  # spans a power cycle: no row
             time.sleep(6)
-            [after] = [r for r in services.account_energy(services.observe(), None)
+            [after] = [r for r in services.account_energy(services.observe().snapshot, None)
                        if r.node == "node-3" and r.container is None]
         finally:
             services.close()

@@ -39,7 +39,7 @@ from peakpack.orchestrator.domain.model import (
 from peakpack.orchestrator.domain.records import DemandRecord, PressureRecord, QosEventRecord
 from peakpack.orchestrator.domain.settings import PlannerSettings, QosCapSettings
 from peakpack.orchestrator.faces.cli.plan import qos_rows
-from peakpack.orchestrator.observe.qos import qos_of
+from peakpack.orchestrator.observe.pressure import qos_of
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 EPOCH = timedelta(seconds=60)

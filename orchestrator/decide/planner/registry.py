@@ -48,5 +48,5 @@ def get_policy(name: str, **options: Any) -> Policy:
     except TypeError:
         raise PeakpackError(
             f"policy {name}: unknown option among {sorted(options)}; "
-            "see orchestrator.planner.registry"
+            "see peakpack.orchestrator.decide.planner.registry"
         ) from None
