@@ -15,7 +15,6 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
     PowerCurve,
     cluster_metrics,
@@ -24,6 +23,7 @@ from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
 from peakpack.orchestrator.domain.records import EnergyRow
 from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
 from peakpack.power.accounting import kepler_split, model_energy, split_idle_w
+from tests.support.build import node_spec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CURVE = PowerCurve.linear(100, 250)  # the wall: 100 W idle
@@ -62,7 +62,8 @@ def test_the_idle_is_learned_per_node_and_source_and_the_curves_only_for_model_r
 
 def test_the_ledger_predicts_each_row_in_its_own_domain() -> None:
     inv = Inventory(ClusterConfig("t", cap=0.7, memory_cap=0.9),
-                    (NodeSpec("n1", "192.0.2.2", 10, 10000, CURVE), NodeSpec("n2", "192.0.2.3", 10, 10000, CURVE)))
+                    (node_spec("n1", address="192.0.2.2", cpus=10, memory_mb=10000, curve=CURVE),
+                     node_spec("n2", address="192.0.2.3", cpus=10, memory_mb=10000, curve=CURVE)))
     snap = ClusterSnapshot(nodes=(NodeState("n1"), NodeState("n2")),
                            containers=(Container("a", "n1", 2.0, 1000), Container("b", "n2", 1.0, 1000)))
     after = snap.with_changes(moves={"b": "n1"}, power={"n2": False})

@@ -24,11 +24,11 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
     PowerCurve,
 )
 from peakpack.orchestrator.domain.plan import SolverReport
+from tests.support.build import node_spec
 
 SERVICE: dict[str, Any] = {
     "Id": "0123456789abcdef0123", "Name": "/web", "Image": "sha256:feed",
@@ -220,7 +220,7 @@ def test_criu_versions_and_the_tcp_option_are_read() -> None:
 
 def cluster(*containers: Container) -> tuple[Inventory, ClusterSnapshot]:
     curve = PowerCurve.linear(100, 250)
-    nodes = tuple(NodeSpec(f"node-{i}", f"10.0.0.{i}", 4, 8192, curve) for i in (1, 2, 3))
+    nodes = tuple(node_spec(f"node-{i}", address=f"10.0.0.{i}", curve=curve) for i in (1, 2, 3))
     inv = Inventory(ClusterConfig("t"), nodes)
     return inv, ClusterSnapshot(tuple(NodeState(n.name) for n in nodes), containers)
 

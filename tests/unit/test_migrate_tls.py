@@ -13,10 +13,10 @@ from cryptography import x509
 from peakpack.migrate import tls
 from peakpack.orchestrator.domain.config import parse_inventory
 from peakpack.orchestrator.domain.errors import PeakpackError
-from peakpack.orchestrator.domain.model import NodeSpec, PowerCurve
+from tests.support.build import node_spec
 
 NOW = dt.datetime(2026, 11, 28, tzinfo=dt.UTC)
-NODE = NodeSpec("node-2", "10.0.0.12", 8, 16384, PowerCurve.linear(100, 250))
+NODE = node_spec("node-2", address="10.0.0.12", cpus=8, memory_mb=16384)
 
 
 def test_the_ca_is_made_once_with_a_key_only_its_owner_reads(tmp_path: Path) -> None:

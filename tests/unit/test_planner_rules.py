@@ -16,12 +16,12 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
     PowerCurve,
 )
 from peakpack.orchestrator.domain.plan import ActionKind, Plan
 from peakpack.orchestrator.domain.settings import PlannerSettings
+from tests.support.build import node_spec
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -29,7 +29,8 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 def two_light_nodes(settings: PlannerSettings | None = None) -> tuple[Inventory, ClusterSnapshot]:
     """Two powered 8-core workers with one small container each: draining one pays (100 W idle)."""
     settings = settings or PlannerSettings()
-    nodes = tuple(NodeSpec(f"w{i}", f"10.0.0.{i + 1}", 8, 16384, PowerCurve.linear(100, 200)) for i in range(2))
+    nodes = tuple(node_spec(f"w{i}", address=f"10.0.0.{i + 1}", cpus=8, memory_mb=16384,
+                            curve=PowerCurve.linear(100, 200)) for i in range(2))
     inv = Inventory(ClusterConfig("t", cap=settings.cap, memory_cap=settings.memory_cap, epoch_seconds=600),
                     nodes, planner=settings)
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")),

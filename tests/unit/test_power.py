@@ -9,17 +9,18 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
     PowerCurve,
 )
 from peakpack.orchestrator.domain.plan import ActionKind
 from peakpack.orchestrator.domain.settings import PlannerSettings
 from peakpack.power.policy import adjust_plan
+from tests.support.build import node_spec
 
 
 def overloaded() -> tuple[Inventory, ClusterSnapshot]:
-    nodes = tuple(NodeSpec(f"w{i}", f"10.0.0.{i + 1}", 8, 16384, PowerCurve.linear(100, 200)) for i in range(2))
+    nodes = tuple(node_spec(f"w{i}", address=f"10.0.0.{i + 1}", cpus=8, memory_mb=16384,
+                            curve=PowerCurve.linear(100, 200)) for i in range(2))
     inv = Inventory(ClusterConfig("t", cap=0.5), nodes, planner=PlannerSettings(cap=0.5))
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1", powered=False)),
                            containers=(Container("a", "w0", 3.0, 512), Container("b", "w0", 3.0, 512)))

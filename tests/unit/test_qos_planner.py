@@ -31,7 +31,6 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
     PowerCurve,
     QosClass,
@@ -40,6 +39,7 @@ from peakpack.orchestrator.domain.records import DemandRecord, PressureRecord, Q
 from peakpack.orchestrator.domain.settings import PlannerSettings, QosCapSettings
 from peakpack.orchestrator.faces.cli.plan import qos_rows
 from peakpack.orchestrator.observe.pressure import qos_of
+from tests.support.build import node_spec
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 EPOCH = timedelta(seconds=60)
@@ -107,7 +107,8 @@ def test_the_why_names_the_container_the_share_and_the_way_back() -> None:
 
 
 def two_nodes() -> tuple[Inventory, ClusterSnapshot]:
-    nodes = tuple(NodeSpec(f"w{i}", f"10.0.0.{i + 1}", 10, 16384, PowerCurve.linear(100, 200)) for i in range(2))
+    nodes = tuple(node_spec(f"w{i}", address=f"10.0.0.{i + 1}", cpus=10, memory_mb=16384,
+                            curve=PowerCurve.linear(100, 200)) for i in range(2))
     inv = Inventory(ClusterConfig("t", epoch_seconds=600), nodes)
     snap = ClusterSnapshot(nodes=(NodeState("w0"), NodeState("w1")), taken_at=T0, containers=(
         Container("web", "w0", 2.0, 512), Container("batch", "w0", 4.0, 512, qos=QosClass.BE),

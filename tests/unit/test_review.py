@@ -16,8 +16,6 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeRole,
-    NodeSpec,
     NodeState,
     PowerCurve,
     cluster_metrics,
@@ -25,15 +23,16 @@ from peakpack.orchestrator.domain.model import (
 from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
 from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
 from peakpack.orchestrator.domain.states import ActionState, PlanStatus
+from tests.support.build import node_spec
 
 
 def inventory(cap: float = 0.7) -> Inventory:
     curve = PowerCurve.linear(100, 200)
     nodes = (
-        NodeSpec("head", "192.0.2.1", 4, 8192, curve, role=NodeRole.HEAD, power_managed=False),
-        NodeSpec("n1", "192.0.2.2", 10, 10000, curve),
-        NodeSpec("n2", "192.0.2.3", 10, 10000, curve),
-        NodeSpec("n3", "192.0.2.4", 10, 10000, curve),
+        node_spec("head", address="192.0.2.1", curve=curve, head=True),
+        node_spec("n1", address="192.0.2.2", cpus=10, memory_mb=10000, curve=curve),
+        node_spec("n2", address="192.0.2.3", cpus=10, memory_mb=10000, curve=curve),
+        node_spec("n3", address="192.0.2.4", cpus=10, memory_mb=10000, curve=curve),
     )
     return Inventory(ClusterConfig("t", cap=cap, memory_cap=0.9), nodes)
 

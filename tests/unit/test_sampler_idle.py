@@ -17,12 +17,11 @@ from peakpack.orchestrator.domain.model import (
     ClusterSnapshot,
     Container,
     Inventory,
-    NodeSpec,
     NodeState,
-    PowerCurve,
 )
 from peakpack.orchestrator.domain.records import DemandRecord, EnergyRow, EnergySample
 from peakpack.power.sampler import EnergySampler
+from tests.support.build import node_spec
 
 TOP = 10**12
 BOOT = "b00t"
@@ -39,7 +38,7 @@ class Shell:
 
 
 def test_a_restarted_sampler_learns_the_counters_idle_from_the_store(tmp_path: Path) -> None:
-    inv = Inventory(ClusterConfig("t"), (NodeSpec("n1", "192.0.2.2", 4, 8192, PowerCurve.linear(100, 250)),))
+    inv = Inventory(ClusterConfig("t"), (node_spec("n1", address="192.0.2.2"),))
     before = datetime.now(UTC) - timedelta(seconds=60)
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         # an earlier quiet interval: the package drew 30 W (the wall curve's idle is 100 W)
@@ -71,7 +70,7 @@ def test_an_interval_with_a_power_cycle_is_no_row_and_teaches_no_idle(tmp_path: 
     event of the node since its last sample now cuts there: that interval is missing, and the
     next one starts at the first sample after the wake."""
     inv = Inventory(ClusterConfig("t", epoch_seconds=60),
-                    (NodeSpec("n1", "192.0.2.2", 4, 8192, PowerCurve.linear(100, 250)),))
+                    (node_spec("n1", address="192.0.2.2"),))
     now = datetime.now(UTC)
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         store.energy.add_samples([EnergySample("n1", now - timedelta(seconds=90), "rapl", energy_uj=0,

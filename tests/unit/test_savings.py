@@ -14,9 +14,10 @@ import pytest
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
-from peakpack.orchestrator.domain.model import ClusterConfig, Inventory, NodeSpec, PowerCurve
+from peakpack.orchestrator.domain.model import ClusterConfig, Inventory
 from peakpack.orchestrator.domain.savings import SavingKind, SavingRecord, headline, ledger
 from peakpack.power.savings import SavingsRecorder, plan_of
+from tests.support.build import node_spec
 
 T0 = datetime(2026, 11, 24, 22, 0, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -99,7 +100,7 @@ def counter(uj: int, boot: str = "b1") -> str:
 
 def test_the_recorder_measures_idle_the_way_back_and_migrations_from_one_counter(tmp_path: Path) -> None:
     inv = Inventory(ClusterConfig("lab", epoch_seconds=60),
-                    tuple(NodeSpec(n, a, 2, 4096, PowerCurve.linear(100, 250))
+                    tuple(node_spec(n, address=a, cpus=2, memory_mb=4096)
                           for n, a in (("node-1", "192.0.2.1"), ("node-2", "192.0.2.2"))))
     shell = Shell()
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:

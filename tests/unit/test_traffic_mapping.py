@@ -8,14 +8,15 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from peakpack.orchestrator.domain.model import ClusterConfig, Inventory, NodeSpec, PowerCurve
+from peakpack.orchestrator.domain.model import ClusterConfig, Inventory
 from peakpack.orchestrator.domain.records import PeerKind, TrafficRecord
 from peakpack.orchestrator.observe.conntrack import Flow, NodeNet, parse_flow
 from peakpack.orchestrator.observe.traffic import FlowLedger, NodeRead, TrafficMeter, parse_read
+from tests.support.build import node_spec
 
 DATA = Path(__file__).parent / "data" / "conntrack"
 ADDR = {"node-1": "10.201.151.11", "node-2": "10.201.151.12", "node-3": "10.201.151.13"}
-INVENTORY = Inventory(ClusterConfig("lab"), tuple(NodeSpec(n, a, 2, 4096, PowerCurve.linear(100, 250))
+INVENTORY = Inventory(ClusterConfig("lab"), tuple(node_spec(n, address=a, cpus=2, memory_mb=4096)
                                                   for n, a in ADDR.items()))
 T0 = datetime(2026, 11, 24, 22, 52, tzinfo=UTC)
 
