@@ -9,7 +9,8 @@
     install_guards        QoS guards missing or outdated on a node, installed (`serve` only)
     restart_stopped       containers a node's QoS guard stopped for memory, started again where
                           there is room (`serve`, not its dry run)
-    (energy)              the interval since the last sample closed (`Services.account_energy`)
+    (energy)              the interval since the last sample closed (`Services.account_energy`;
+                          `apply`: once the stored plan is APPLYING, just before it runs)
     planning_view         unsettled migrations hold both their nodes; each container's CPU is the
                           forecast of its stored demand history (as the simulator plans)
     propose_plan          budgets and windows (allowance), what the store remembers (grace,
@@ -436,13 +437,14 @@ def run_epoch(journal: Journal, inventory: Inventory, settings: EpochSettings, *
                 say(line)
         for line in restart_stopped(journal, live, inventory, observed):
             say(f"qos: {line}")
-    if live is not None:
-        report.energy += live.account_energy(observed, None)  # closes the interval before planning
     if stored is not None:
         assert live is not None, "apply needs live services"
         report.plan, report.review = review_stored(journal, inventory, observed, stored)
         skip = {c.index: f"apply --partial: {c.reason}" for c in report.review.skipped}
+        report.energy += live.account_energy(observed, None)  # closes the interval before the plan runs
     else:
+        if live is not None:
+            report.energy += live.account_energy(observed, None)  # closes the interval before planning
         auto = live is not None and not settings.approve
         proposal = report.proposal = propose_plan(
             journal, inventory, observed, status=PlanStatus.APPLYING if auto else PlanStatus.RECOMMENDED,

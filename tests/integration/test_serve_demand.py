@@ -76,7 +76,9 @@ def test_three_epochs_of_serve_record_demand_plan_on_its_forecast_and_label_ener
     # the demand history: counter deltas, low while idle, high once the loop spins
     rows = history(url, "demand", "--container", "worker")
     deltas = [r for r in rows if r["source"] == "cgroup"]
-    assert rows[0]["source"] == "stats" and len(deltas) >= 3, rows
+    # one observation per epoch (the energy after a plan is closed without observing again): the
+    # first a one-second sample, each later one a counter delta
+    assert rows[0]["source"] == "stats" and len(deltas) >= 2, rows
     assert all(r["node"] == "node-1" and r["cpu"] >= 0 and r["interval_s"] > 0 for r in deltas)
     idle = [r["cpu"] for r in deltas if datetime.fromisoformat(r["at"]) < busy_from]
     busy = [r["cpu"] for r in deltas if datetime.fromisoformat(r["at"]) > busy_from]

@@ -1,6 +1,6 @@
 """What `domain.ports.NodeOps` promises the plan executor, written once and run against
-`tests/support/fakes.FakeNodeOps` (tests/unit/test_node_ops_contract.py) and the live `JoinedOps` on
-the lab (tests/integration/test_node_ops_contract.py). Where the two disagree the fake is wrong:
+`tests/support/fakes.FakeNodeOps` (tests/unit/orchestrator/domain/test_ports_node_ops.py) and the live `JoinedOps` on
+the lab (tests/integration/test_live_node_ops_contract.py). Where the two disagree the fake is wrong:
 unit tests over it would pass against behaviour the real nodes do not have.
 
 Each point is a plain function of a `Harness` and the names it acts on. It asserts its own

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
+ROOT = REPO
 #: folder -> its module prefix in the `peakpack` namespace (pyproject.toml's package-dir)
 PACKAGE_DIRS = {"peakpack": "peakpack", "orchestrator": "peakpack.orchestrator", "migrate": "peakpack.migrate",
                 "power": "peakpack.power", "db": "peakpack.db", "lab": "peakpack.lab",
@@ -32,7 +34,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "migrate": (2, ("orchestrator/domain", "orchestrator/remote")),
     "power": (2, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote")),
     # the nodes' QoS guard (guard.py runs on the nodes and imports nothing of peakpack: checked in
-    # tests/unit/test_qos_guard.py) and how it is installed and read over SSH
+    # tests/unit/qos/test_guard.py) and how it is installed and read over SSH
     "qos": (2, ("orchestrator/domain", "orchestrator/remote")),
     "orchestrator/observe": (3, ("orchestrator/domain", "orchestrator/decide", "orchestrator/remote", "migrate",
                                  "qos")),

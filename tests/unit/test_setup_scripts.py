@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 SETUP = ["./scripts/quickstart.sh", "./scripts/test.sh"]
 
 
