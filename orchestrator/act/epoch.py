@@ -192,8 +192,8 @@ def execute_plan(journal: Journal, services: Services, inventory: Inventory, pla
                  observed: ClusterSnapshot, *, log: Callable[[str], None], stop_requested: Callable[[], bool],
                  skip: Mapping[int, str] | None = None) -> Outcome:
     """Run an APPLYING plan's actions (journaled before and after each), give the plan the status
-    they earned, and store the energy of the interval that ends with it, on `observed` as the
-    actions that succeeded left it (`after_plan`: no second observation). A node to switch off is
+    they earned, and store the energy of the interval that ends with it (when an action ran), on
+    `observed` as the actions that succeeded left it (`after_plan`: no second observation). A node to switch off is
     asked, just before, whether anything runs there or a container its QoS guard stopped (as the
     store knows them now) is still there."""
     executor = PlanExecutor(journal, services.ops, log, stop_requested,
@@ -203,7 +203,9 @@ def execute_plan(journal: Journal, services: Services, inventory: Inventory, pla
     states = {ids.index(aid): s for aid, s in report.states.items()}
     status = final_status(states)
     journal.plans.set_status(plan_id, status, only_from=[PlanStatus.APPLYING])
-    energy = services.account_energy(after_plan(inventory, observed, plan, states), plan_id)
+    ran = any(s is not ActionState.SKIPPED for s in states.values())
+    # a plan that ran nothing changed nothing: its interval goes on to the next epoch's close
+    energy = services.account_energy(after_plan(inventory, observed, plan, states), plan_id) if ran else []
     return Outcome(report, status, states, energy)
 
 
