@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from peakpack.qos import report as guard_report
-from peakpack.qos.guard import qos_class
+from peakpack.qos.guard.parse import qos_class
 
 from ..decide.qos import Reading, pressure_records
 from ..domain.errors import NodeError

@@ -1,13 +1,14 @@
 """Installing the QoS guard on a node: a file arrives whole or is not installed (its sha256 is
 checked on the node before it replaces the one there), and a guard that fails to report is
 reinstalled like an outdated one. The node's side runs for real in a local shell (`COPY`, and
-`guard.py report` in a folder standing for the node's); only starting the guard is not done. The
-real-lab case (a guard.py cut short on a node, replaced at the next observation) is
+`guard.pyz report` in a folder standing for the node's); only starting the guard is not done. The
+real-lab case (a guard.pyz cut short on a node, replaced at the next observation) is
 tests/integration/test_qos_deploy.py."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import subprocess
 from collections.abc import Coroutine, Sequence
@@ -22,6 +23,7 @@ from peakpack.orchestrator.domain.ports import Observation, Services
 from peakpack.orchestrator.observe.pressure import read_qos
 from peakpack.orchestrator.remote.ssh import CommandResult
 from peakpack.qos import deploy
+from peakpack.qos.report import guard_archive
 
 
 def copy(folder: Path, name: str, text: str, sha256: str) -> subprocess.CompletedProcess[str]:
@@ -30,17 +32,19 @@ def copy(folder: Path, name: str, text: str, sha256: str) -> subprocess.Complete
 
 
 def test_a_copy_cut_short_never_replaces_the_file_there(tmp_path: Path) -> None:
-    source = deploy.guard_source()
-    whole = copy(tmp_path, "guard.py", source, deploy.sha256(source))
+    archive = guard_archive()
+    sent = base64.b64encode(archive).decode()
+    whole = copy(tmp_path, "guard.pyz", sent, deploy.sha256(archive))
     assert whole.returncode == 0, whole.stderr
-    assert (tmp_path / "guard.py").read_text() == source
-    for arrived in (source[: len(source) // 2], source.replace("def ", "def  ", 1), ""):
-        cut = copy(tmp_path, "guard.py", arrived, deploy.sha256(source))
+    assert (tmp_path / "guard.pyz").read_bytes() == archive
+    changed = base64.b64encode(archive.replace(b"def ", b"def  ", 1)).decode()
+    for arrived in (sent[: len(sent) // 2], sent[: len(sent) // 2 + 1], changed, ""):
+        cut = copy(tmp_path, "guard.pyz", arrived, deploy.sha256(archive))
         assert cut.returncode == 1
-        assert cut.stderr == (f"guard.py arrived incomplete or changed on the way (its sha256 is not "
-                              f"{deploy.sha256(source)}): not installed; the one before stays\n")
-        assert (tmp_path / "guard.py").read_text() == source  # the whole one stays
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["guard.py", "holds"]  # no half file left
+        assert cut.stderr == (f"guard.pyz arrived incomplete or changed on the way (its sha256 is not "
+                              f"{deploy.sha256(archive)}): not installed; the one before stays\n")
+        assert (tmp_path / "guard.pyz").read_bytes() == archive  # the whole one stays
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["guard.pyz", "holds"]  # no half file left
 
 
 class LocalNode:
@@ -69,12 +73,12 @@ class LocalNode:
 
 
 def test_a_guard_that_fails_to_report_is_reinstalled(tmp_path: Path) -> None:
-    """A guard.py cut short (as the unchecked copy left it) cannot even report: before, it was
-    logged and left so for good; now it is outdated like any other, and replaced whole."""
+    """A guard.pyz cut short (as an unchecked copy would leave it) cannot even report: it is
+    outdated like any other, and replaced whole."""
     inv = demo_inventory()
     node = tmp_path / "node-1"
     node.mkdir()
-    (node / "guard.py").write_text(deploy.guard_source()[:3000])
+    (node / "guard.pyz").write_bytes(guard_archive()[:3000])
     pool = LocalNode(node)
     snapshot = ClusterSnapshot(nodes=(NodeState("node-1"),), containers=())
     said: list[str] = []
@@ -90,11 +94,11 @@ def test_a_guard_that_fails_to_report_is_reinstalled(tmp_path: Path) -> None:
                             install_guard=lambda n: call(deploy.install(pool, inv.node(n), inv.qos.guard)))  # type: ignore[arg-type]
         said += install_guards(store, services, seen)
         [installed] = store.qos.events(kinds=("guard_install",))
-    assert (node / "guard.py").read_text() == deploy.guard_source()
+    assert (node / "guard.pyz").read_bytes() == guard_archive()
     assert installed.node == "node-1" and (installed.reason or "").startswith(
         "the guard fails to report (node node-1: the guard's report failed: "), installed.reason
     assert any(line.startswith("qos: node-1: the guard fails to report (") for line in said), said
     copied = [a for a in pool.ran if a[:3] == ["sh", "-c", deploy.COPY]]
-    assert [(a[4], a[5]) for a in copied] == [("guard.py", deploy.sha256(deploy.guard_source())),
+    assert [(a[4], a[5]) for a in copied] == [("guard.pyz", deploy.sha256(guard_archive())),
                                               ("guard.json", deploy.sha256(deploy.guard_json(inv.node("node-1"),
                                                                                              inv.qos.guard)))]

@@ -1,7 +1,7 @@
-"""The node's QoS guard (qos/guard.py), its pure parts: what it parses from the kernel, how it
+"""The node's QoS guard (qos/guard/), its pure parts: what it parses from the kernel, how it
 decides to cap best-effort CPU and give it back, whom it stops on memory pressure, migration holds,
-its settings; and that the file stays what a node can run (the standard library only) with the
-settings peakpack writes for it."""
+its settings; and that its archive stays what a node can run (the standard library only, and the
+settings' one declaration) with the settings peakpack writes for it."""
 
 from __future__ import annotations
 
@@ -10,62 +10,62 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from peakpack.migrate import hold
+from peakpack.orchestrator.domain import qos as settings_module
 from peakpack.orchestrator.domain.config import _Qos
-from peakpack.orchestrator.domain.qos import GuardSettings
+from peakpack.orchestrator.domain.qos import INVENTORY_KEYS, GuardSettings, parse_guard_json
 from peakpack.qos import guard
-from peakpack.qos.guard import (
-    CpuSuppress,
-    MemoryGuard,
-    Seen,
-    Settings,
-    choose_victims,
-    split_quota,
-)
+from peakpack.qos.guard import decide, events, parse
+from peakpack.qos.guard.decide import CpuSuppress, MemoryGuard, Seen, choose_victims, split_quota
+from peakpack.qos.report import digest, guard_archive
 
-GUARD = Path(guard.__file__)
-S = Settings()
+S = GuardSettings()
 
 
 def test_the_guard_imports_nothing_but_the_standard_library() -> None:
-    """It runs on nodes that need not have peakpack (or anything else) installed."""
-    tree = ast.parse(GUARD.read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
-    assert names <= set(sys.stdlib_module_names) | {"__future__"}
+    """It runs on nodes that need not have peakpack (or anything else) installed: its modules
+    import the standard library, each other, and the one module that declares its settings, which
+    imports the standard library only."""
+    files = [*Path(guard.__file__).parent.glob("*.py"), Path(settings_module.__file__)]
+    for path in files:
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module.split(".")[0] for n in ast.walk(tree)
+                  if isinstance(n, ast.ImportFrom) and n.module and not n.level
+                  and not (n.module == "peakpack.orchestrator.domain.qos" or n.module.startswith("peakpack.qos.guard"))}
+        assert names <= set(sys.stdlib_module_names) | {"__future__"}, path
 
 
-def test_the_guard_runs_by_itself_as_a_script(tmp_path: Path) -> None:
-    """Copied alone into an empty folder, as peakpack copies it to a node."""
-    copy = tmp_path / "guard.py"
-    copy.write_text(GUARD.read_text())
+def test_the_guard_archive_runs_by_itself(tmp_path: Path) -> None:
+    """Written alone into an empty folder, as peakpack copies it to a node, and run with nothing
+    but the standard library; it names its build by the archive's digest."""
+    archive = tmp_path / "guard.pyz"
+    archive.write_bytes(guard_archive())
     env = {"PATH": os.environ["PATH"]}
-    proc = subprocess.run([sys.executable, str(copy), "report", "--state-dir", str(tmp_path / "qos")],
+    proc = subprocess.run([sys.executable, "-S", str(archive), "report", "--state-dir", str(tmp_path / "qos")],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["running"] is False and doc["events"] == [] and doc["version"] == guard.file_digest(str(copy))
+    assert doc["running"] is False and doc["events"] == [] and doc["version"] == digest(guard_archive())
+    assert guard_archive() == guard_archive()  # the same bytes every time: the digest names the build
 
 
-def test_its_defaults_and_ranges_are_the_inventorys() -> None:
-    """guard.json is written from the inventory's [qos]: the same keys, defaults and ranges."""
-    ours = GuardSettings()
-    for key, value in ours.by_key().items():
-        assert getattr(S, key) == value, key
-        lo, hi = guard.RANGES[key]
-        step = 1 if key in guard.INTEGERS else 1e-9
+def test_the_inventory_checks_the_guards_own_ranges() -> None:
+    """guard.json is written from the inventory's [qos]: its keys are declared once
+    (`domain/qos.GuardSettings`), with the ranges both the inventory and the guard check."""
+    for key, spec in INVENTORY_KEYS.items():
+        lo, hi = spec.metadata["range"]
+        step = 1 if spec.metadata["integer"] else 1e-9
         _Qos(**{key: lo}), _Qos(**{key: hi})
         for outside in (lo - step, hi + step):
             with pytest.raises(ValidationError):
                 _Qos(**{key: outside})
-    assert {f.name for f in fields(GuardSettings)} < {f.name for f in fields(Settings)}
+        assert parse_guard_json({key: hi + step}, "guard.json")[1], key
 
 
 def test_the_migrators_hold_is_what_the_guard_honours(tmp_path: Path) -> None:
@@ -75,13 +75,13 @@ def test_the_migrators_hold_is_what_the_guard_honours(tmp_path: Path) -> None:
     script = f'd={hold.QOS_DIR}/holds; mkdir -p "$d" && printf "%s\\n" "$2" > "$d/$1.new" && mv -f "$d/$1.new" "$d/$1"'
     subprocess.run(["sh", "-c", script, "sh", "web", marker], check=True, env={"PEAKPACK_QOS_DIR": str(tmp_path)})
     text = (tmp_path / "holds" / "web").read_text()
-    assert guard.hold_active(text, mtime=0.0, now=1_999_999_999.0, ttl=900)
-    assert not guard.hold_active(text, mtime=0.0, now=2_000_000_001.0, ttl=900)
+    assert parse.hold_active(text, mtime=0.0, now=1_999_999_999.0, ttl=900)
+    assert not parse.hold_active(text, mtime=0.0, now=2_000_000_001.0, ttl=900)
 
 
 def test_a_hold_without_until_lasts_its_ttl_from_when_it_was_written() -> None:
-    assert guard.hold_active("", mtime=1000.0, now=1899.0, ttl=900)
-    assert not guard.hold_active("not json", mtime=1000.0, now=1901.0, ttl=900)
+    assert parse.hold_active("", mtime=1000.0, now=1899.0, ttl=900)
+    assert not parse.hold_active("not json", mtime=1000.0, now=1901.0, ttl=900)
 
 
 # -- parsing --------------------------------------------------------------------------------------
@@ -89,26 +89,26 @@ def test_a_hold_without_until_lasts_its_ttl_from_when_it_was_written() -> None:
 def test_psi_totals_are_read_from_some_and_full() -> None:
     text = ("some avg10=1.50 avg60=0.80 avg300=0.20 total=123456\n"
             "full avg10=0.00 avg60=0.00 avg300=0.00 total=789\n")
-    assert guard.parse_psi(text) == {"some": 123456, "full": 789}
-    assert guard.parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n") == {"some": 5}
+    assert parse.parse_psi(text) == {"some": 123456, "full": 789}
+    assert parse.parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n") == {"some": 5}
 
 
 @pytest.mark.parametrize("text", [None, "", "garbage", "some total=x\n"])
 def test_psi_that_is_off_or_absent_reads_as_none(text: str | None) -> None:
     """A kernel booted with psi=0 fails the read (EOPNOTSUPP): the guard gets None and falls back."""
-    assert guard.parse_psi(text) is None
+    assert parse.parse_psi(text) is None
 
 
 def test_schedstat_gives_the_run_queue_wait() -> None:
-    assert guard.schedstat_wait_ns("2893719 160330 12\n") == 160330
-    assert guard.schedstat_wait_ns(None) is None and guard.schedstat_wait_ns("1") is None
+    assert parse.schedstat_wait_ns("2893719 160330 12\n") == 160330
+    assert parse.schedstat_wait_ns(None) is None and parse.schedstat_wait_ns("1") is None
 
 
 def test_wait_deltas_count_new_threads_whole_and_forget_exited_ones() -> None:
     before = {"10": 1_000, "11": 5_000, "12": 9_000}
     now = {"10": 1_500, "11": 5_000, "13": 700, "12": 300}  # 12: a reused tid, a newer thread
-    assert guard.wait_delta(before, now) == 500 + 0 + 700 + 300
-    assert guard.wait_delta({}, {}) == 0
+    assert parse.wait_delta(before, now) == 500 + 0 + 700 + 300
+    assert parse.wait_delta({}, {}) == 0
 
 
 def test_mountinfo_finds_v1_controllers_and_the_hybrid_cgroup2_mount() -> None:
@@ -118,7 +118,7 @@ def test_mountinfo_finds_v1_controllers_and_the_hybrid_cgroup2_mount() -> None:
         "32 23 0:28 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory",
         "33 23 0:29 /sub /elsewhere rw - cgroup cgroup rw,pids",
     ])
-    mounts = guard.parse_mountinfo(text)
+    mounts = parse.parse_mountinfo(text)
     assert mounts.v2 == "/sys/fs/cgroup/unified"
     assert mounts.v1 == {"cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct",
                          "memory": "/sys/fs/cgroup/memory"}
@@ -126,9 +126,9 @@ def test_mountinfo_finds_v1_controllers_and_the_hybrid_cgroup2_mount() -> None:
 
 def test_proc_cgroup_gives_each_controllers_path_and_the_v2_one() -> None:
     text = "12:cpu,cpuacct:/pp01-n1/abc\n5:memory:/pp01-n1/abc\n1:name=systemd:/x\n0::/pp01-n1/abc\n"
-    v1, v2 = guard.parse_proc_cgroup(text)
+    v1, v2 = parse.parse_proc_cgroup(text)
     assert v1["cpu"] == v1["cpuacct"] == v1["memory"] == "/pp01-n1/abc" and v2 == "/pp01-n1/abc"
-    assert guard.parse_proc_cgroup("0::/init.scope\n") == ({}, "/init.scope")
+    assert parse.parse_proc_cgroup("0::/init.scope\n") == ({}, "/init.scope")
 
 
 @pytest.mark.parametrize("labels, expected", [
@@ -139,17 +139,17 @@ def test_proc_cgroup_gives_each_controllers_path_and_the_v2_one() -> None:
     ({"peakpack.qos": "batch"}, ("ls", "label peakpack.qos='batch': use ls or be; treated as ls")),
 ])
 def test_a_bad_qos_label_is_latency_sensitive_and_said(labels: dict[str, str], expected: tuple) -> None:
-    assert guard.qos_class(labels) == expected
+    assert parse.qos_class(labels) == expected
 
 
 def test_the_quota_docker_gave_is_the_ceiling() -> None:
-    assert guard.ceiling_us({"NanoCpus": 500_000_000}) == 50_000
-    assert guard.ceiling_us({"CpuQuota": 20_000, "CpuPeriod": 50_000}) == 40_000
-    assert guard.ceiling_us({"CpuQuota": -1}) is None and guard.ceiling_us({}) is None
+    assert parse.ceiling_us({"NanoCpus": 500_000_000}) == 50_000
+    assert parse.ceiling_us({"CpuQuota": 20_000, "CpuPeriod": 50_000}) == 40_000
+    assert parse.ceiling_us({"CpuQuota": -1}) is None and parse.ceiling_us({}) is None
 
 
 def test_settings_refuse_each_bad_key_in_one_line_and_keep_the_rest() -> None:
-    settings, errors = guard.parse_settings({"cpu_watermark": 0.5, "bogus": 1, "stall_watermark": "10%",
+    settings, errors = parse_guard_json({"cpu_watermark": 0.5, "bogus": 1, "stall_watermark": "10%",
                                              "breaches_to_act": 1.5, "cpus": 2, "node": "node-1"}, "guard.json")
     assert (settings.cpu_watermark, settings.cpus, settings.node) == (0.5, 2.0, "node-1")
     assert settings.stall_watermark == S.stall_watermark and settings.breaches_to_act == S.breaches_to_act
@@ -157,7 +157,7 @@ def test_settings_refuse_each_bad_key_in_one_line_and_keep_the_rest() -> None:
     assert errors[0].startswith("guard.json: unknown key 'bogus'; known keys: ")
     assert errors[1] == "guard.json: stall_watermark = '10%'; use a number in 0.001..1 (default 0.1 in use)"
     assert errors[2] == "guard.json: breaches_to_act = 1.5; use a whole number in 1..60 (default 2 in use)"
-    assert guard.parse_settings([1], "g.json")[1] == ['g.json: not a JSON object; write {"key": value, ...}, '
+    assert parse_guard_json([1], "g.json")[1] == ['g.json: not a JSON object; write {"key": value, ...}, '
                                                       'defaults in use']
 
 
@@ -180,7 +180,8 @@ def test_water_filling_gives_the_rest_to_whoever_presses() -> None:
     assert split_quota([be("capped", 1.0, throttled=True, ceiling=10_000)], 0.6) == {"capped": 10_000}
 
 
-def run(machine: CpuSuppress, checks: list[tuple[list[Seen], float]], s: Settings = S) -> list[guard.Decision | None]:
+def run(machine: CpuSuppress, checks: list[tuple[list[Seen], float]],
+        s: GuardSettings = S) -> list[decide.Decision | None]:
     return [machine.step(seen, node, 1.0, s, now=float(i)) for i, (seen, node) in enumerate(checks)]
 
 
@@ -216,11 +217,11 @@ def test_a_stall_that_persists_tightens_the_cap_by_at_most_stall_steps_under_the
     stuck = ([ls(0.05, stall=0.3), be("hog", 0.5, throttled=True, quota=50_000)], 0.55)
     for steps in (1, 3):
         machine = CpuSuppress()
-        decisions = run(machine, [stuck] * 8, Settings(stall_steps=steps))
+        decisions = run(machine, [stuck] * 8, GuardSettings(stall_steps=steps))
         assert machine.allowed == pytest.approx(0.6 - 0.1 * steps)
         assert decisions[-1] is None or "not tightening further" in decisions[-1].reason
     never = CpuSuppress()
-    run(never, [stuck] * 5, Settings(stall_steps=0))
+    run(never, [stuck] * 5, GuardSettings(stall_steps=0))
     assert never.allowed == pytest.approx(0.6)  # usage only, as Koordinator
 
 
@@ -277,15 +278,15 @@ def test_a_restore_gives_back_dockers_own_quota() -> None:
 
 
 def test_cpu_lists_parse_and_print_as_the_kernel_writes_them() -> None:
-    assert guard.parse_cpus("0-2,5\n") == [0, 1, 2, 5] and guard.parse_cpus("") == []
-    assert guard.format_cpus([5, 0, 2, 1]) == "0-2,5" and guard.format_cpus([3]) == "3"
+    assert parse.parse_cpus("0-2,5\n") == [0, 1, 2, 5] and parse.parse_cpus("") == []
+    assert parse.format_cpus([5, 0, 2, 1]) == "0-2,5" and parse.format_cpus([3]) == "3"
 
 
 def test_capped_best_effort_is_kept_off_at_least_one_cpu_koordinators_cpuset_policy() -> None:
-    assert guard.be_cpus([0], 0.6) is None  # one CPU: nothing to keep free
-    assert guard.be_cpus([0, 1], 0.6) == [1]
-    assert guard.be_cpus([0, 1], 1.3) == [1]  # never all of them
-    assert guard.be_cpus(list(range(16)), 5.2) == [10, 11, 12, 13, 14, 15]
+    assert parse.be_cpus([0], 0.6) is None  # one CPU: nothing to keep free
+    assert parse.be_cpus([0, 1], 0.6) == [1]
+    assert parse.be_cpus([0, 1], 1.3) == [1]  # never all of them
+    assert parse.be_cpus(list(range(16)), 5.2) == [10, 11, 12, 13, 14, 15]
     machine = CpuSuppress()
     hot = [ls(stall=0.3), be("hog", 0.9)]
     suppress = [machine.step(hot, 0.95, 1.0, S, float(i), node_cpus=[0, 1]) for i in range(2)][-1]
@@ -328,13 +329,13 @@ def test_memory_pressure_full_acts_after_two_checks_and_then_cools_down() -> Non
 
 
 def test_events_after_a_seq_and_a_lost_stretch_after_rotation(tmp_path: Path) -> None:
-    log = guard.EventLog(str(tmp_path), "node-1", max_bytes=4096)
+    log = events.EventLog(str(tmp_path), "node-1", max_bytes=4096)
     for i in range(150):
         log.emit("cpu_adjust", reason=f"step {i}")
     assert log.seq == 150 and (tmp_path / "events.jsonl.1").exists()
-    newest, lost = guard.events_after(str(tmp_path), 145)
+    newest, lost = events.events_after(str(tmp_path), 145)
     assert [e["seq"] for e in newest] == [146, 147, 148, 149, 150] and not lost
-    everything, lost = guard.events_after(str(tmp_path), 0)
+    everything, lost = events.events_after(str(tmp_path), 0)
     assert lost and everything[0]["seq"] > 1  # the oldest were rotated away: the reader is told
-    again = guard.EventLog(str(tmp_path), "node-1", max_bytes=4096)  # a restarted guard goes on counting
+    again = events.EventLog(str(tmp_path), "node-1", max_bytes=4096)  # a restarted guard goes on counting
     assert again.seq == 150 and again.log_id == log.log_id

@@ -1,0 +1,7 @@
+"""`python3 guard.pyz COMMAND`: the archive's entry point."""
+
+import sys
+
+from peakpack.qos.guard.commands import main
+
+sys.exit(main(sys.argv[1:]))
