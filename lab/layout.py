@@ -82,7 +82,7 @@ class NodeLayout:
 
     @property
     def qos_dir(self) -> Path:
-        """The node's QoS guard folder (`$PEAKPACK_QOS_DIR`: guard.py, events.jsonl, state.json, holds/):
+        """The node's QoS guard folder (`$PEAKPACK_QOS_DIR`: guard.pyz, events.jsonl, state.json, holds/):
         nodes share one filesystem, so each has its own."""
         return self.dir / "qos"
 

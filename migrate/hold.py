@@ -1,5 +1,5 @@
 """While a migration runs, the QoS guards of both its nodes leave its container alone (no CPU cap,
-no weight, no stop: qos/guard.py). The marker is a file in each node's guard folder,
+no weight, no stop: qos/guard/). The marker is a file in each node's guard folder,
 `holds/<container>`, holding `{"until": <epoch s>, "migration": <id>}`: a lease, so a controller
 that dies mid-migration does not shield the container for longer than its `[migration]
 lease_seconds`. Written before anything changes on either node and renewed with the migration's
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from peakpack.orchestrator.domain.errors import PeakpackError
 from peakpack.orchestrator.remote import SshPool
 
-#: the guard's folder on a node (qos/guard.py DEFAULT_STATE_DIR; the lab sets it per node)
+#: the guard's folder on a node (qos/guard DEFAULT_STATE_DIR; the lab sets it per node)
 QOS_DIR = '"${PEAKPACK_QOS_DIR:-/var/lib/peakpack/qos}"'
 async def set_hold(ssh: SshPool, nodes: Sequence[str], container: str, migration_id: int, *, held: bool,
                    seconds: float = 900.0) -> None:

@@ -12,11 +12,21 @@ import math
 import os
 import stat
 import tomllib
+from dataclasses import fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from . import budgets, inputs
 from .errors import InventoryError, PeakpackError, SnapshotError
@@ -38,8 +48,8 @@ from .model import (
     StoreConfig,
     WebConfig,
 )
-from .qos import GuardSettings, QosSettings
-from .settings import NESTED, ForecastSettings, MigrationSettings, PlannerSettings, QosCapSettings, RemoteSettings
+from .qos import INVENTORY_KEYS, GuardSettings, QosSettings
+from .settings import NESTED, MigrationSettings, PlannerSettings, RemoteSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 WEAK_CIPHER_SUITES = (0, 1, 2)
@@ -48,8 +58,6 @@ Name = Annotated[str, Field(pattern=NAME_RE, max_length=63)]
 #: every number of the schema has the bounds of `inputs` (finite, sane for the field, small
 #: enough for the solver's integers, the store and `timedelta`)
 Port = Annotated[int, Field(**inputs.PORT.pydantic())]
-Share = Annotated[float, Field(**inputs.SHARE.pydantic())]
-Seconds = Annotated[float, Field(**inputs.SECONDS.pydantic())]
 PositiveSeconds = Annotated[float, Field(**inputs.POSITIVE_SECONDS.pydantic())]
 Watts = Annotated[float, Field(**inputs.WATTS.pydantic())]
 Count = Annotated[int, Field(**inputs.COUNT.pydantic())]
@@ -62,100 +70,11 @@ class _Strict(BaseModel):
 
 class _Cluster(_Strict):
     name: Name
-    cap: Share | None = None          # also `[planner].cap`; default: PlannerSettings
-    memory_cap: Share | None = None
+    #: also `[planner]` cap and memory_cap, of an older inventory: checked as the planner's
+    cap: Any = None
+    memory_cap: Any = None
     epoch_seconds: Annotated[int, Field(**inputs.EPOCH_SECONDS.pydantic())] = 600
     traffic_read_seconds: Annotated[int, Field(**inputs.TRAFFIC_READ_SECONDS.pydantic())] = 90
-
-
-class _PowerPolicy(_Strict):
-    """`[power_policy]`, kept so older inventories load: the same keys as in `[planner]`."""
-
-    grace_seconds: Seconds | None = None
-    spare_nodes: Count | None = None
-    boot_seconds: Seconds | None = None
-    boot_power_w: Watts | None = None
-    wake_timeout_seconds: PositiveSeconds | None = None
-
-
-class _Forecast(_Strict):
-    """`[planner.forecast]`: see settings.ForecastSettings (unset keys keep its defaults)."""
-
-    window_seconds: PositiveSeconds | None = None
-    quantile: Annotated[float, Field(ge=0, le=1)] | None = None
-    k_std: Annotated[float, Field(ge=0, le=100)] | None = None
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> _Forecast:
-        if self.quantile is not None and self.k_std:
-            raise ValueError("give quantile or k_std (mean + k_std x std), not both")
-        return self
-
-
-class _PlannerQos(_Strict):
-    """`[planner.qos]`: see settings.QosCapSettings (unset keys keep its defaults)."""
-
-    stall_share: Share | None = None
-    cap_step: Share | None = None
-    min_cap: Share | None = None
-    clear_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = None
-
-
-class _Planner(_PowerPolicy):
-    """`[planner]`: see settings.PlannerSettings (unset keys keep its defaults)."""
-
-    cap: Share | None = None
-    memory_cap: Share | None = None
-    migration_j: Annotated[float, Field(ge=0, le=1e9)] | None = None
-    migration_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
-    off_epochs: Annotated[float, Field(ge=1, le=1e6)] | None = None
-    traffic_j_per_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
-    work_limit: Annotated[float, Field(**inputs.SOLVER_WORK.pydantic())] | None = None
-    time_limit_s: Annotated[float, Field(**inputs.SOLVER_SECONDS.pydantic())] | None = None
-    workers: Annotated[int, Field(ge=1, le=1024)] | None = None
-    relative_gap: Annotated[float, Field(ge=0, lt=1)] | None = None
-    hysteresis: bool | None = None
-    forecast: _Forecast = _Forecast()
-    qos: _PlannerQos = _PlannerQos()
-
-    @model_validator(mode="after")
-    def _lowered_within_the_cap(self) -> _Planner:
-        if self.cap is not None and self.qos.min_cap is not None and self.qos.min_cap > self.cap:
-            raise ValueError(f"qos.min_cap {self.qos.min_cap} is above cap {self.cap}; a lowered cap must be lower")
-        return self
-
-
-Watermark = Annotated[float, Field(ge=0, le=1)]
-
-
-class _Qos(_Strict):
-    """`[qos]`: see qos.GuardSettings and qos.QosSettings (unset keys keep their defaults); the
-    ranges are the guard's own (`qos/guard.py` RANGES)."""
-
-    interval_seconds: Annotated[float, Field(ge=0.2, le=60)] | None = None
-    cpu_watermark: Annotated[float, Field(ge=0.05, le=1)] | None = None
-    stall_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
-    be_share: Annotated[float, Field(ge=0.01, le=1)] | None = None
-    be_floor: Annotated[float, Field(ge=0.01, le=1)] | None = None
-    cpu_step: Annotated[float, Field(ge=0.01, le=1)] | None = None
-    breaches_to_act: Annotated[int, Field(ge=1, le=60)] | None = None
-    clears_to_restore: Annotated[int, Field(ge=1, le=600)] | None = None
-    memory_watermark: Annotated[float, Field(ge=0, le=0.9)] | None = None
-    memory_full_watermark: Annotated[float, Field(ge=0.001, le=1)] | None = None
-    install: bool = True
-    restarts_per_hour: Annotated[int, Field(**inputs.COUNT.pydantic())] = 3
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _a_number(cls, v: Any, info: Any) -> Any:
-        """A watermark written as text ("80%") is refused with the form to use."""
-        if isinstance(v, str) and info.field_name != "install":
-            raise ValueError(f"{v!r} is text; write a number, e.g. {info.field_name} = 0.8 for 80%")
-        return v
-
-    def settings(self) -> QosSettings:
-        given = {k: getattr(self, k) for k in GuardSettings().by_key() if getattr(self, k) is not None}
-        return QosSettings(GuardSettings(**given), self.install, self.restarts_per_hour)
 
 
 class _Power(_Strict):
@@ -218,24 +137,6 @@ class _Web(_Strict):
     hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = []
 
 
-Days = Annotated[int, Field(**inputs.DAYS.pydantic())]
-
-
-class _Store(_Strict):
-    """`[store]`: see model.StoreConfig."""
-
-    raw_days: Days = StoreConfig.raw_days
-    hourly_days: Days = StoreConfig.hourly_days
-    history_days: Days = StoreConfig.history_days
-    prune_rows: Annotated[int, Field(ge=100, le=inputs.COUNT.hi)] = StoreConfig.prune_rows
-
-    @model_validator(mode="after")
-    def _hours_outlive_rows(self) -> _Store:
-        if self.hourly_days < self.raw_days:
-            raise ValueError("hourly_days must be >= raw_days (hours are summed from the raw rows)")
-        return self
-
-
 class _Review(_Strict):
     plan_ttl_seconds: PositiveSeconds = 3600.0
 
@@ -288,59 +189,19 @@ class _Window(_Strict):
                               self.timezone)
 
 
-class _Migration(_Strict):
-    """`[migration]`: see settings.MigrationSettings (unset keys keep its defaults)."""
-
-    grace_seconds: Annotated[float, Field(ge=0, le=86400)] | None = None
-    post_copy: bool | None = None
-    dump_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = None
-    page_server_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
-    page_server_ports: Annotated[int, Field(ge=1, le=64512)] | None = None
-    on_moved: Annotated[str, Field(max_length=4096)] | None = None
-    on_moved_timeout_seconds: Annotated[float, Field(**inputs.HOOK_SECONDS.pydantic())] | None = None
-    lease_seconds: Annotated[float, Field(**inputs.LEASE_SECONDS.pydantic())] | None = None
-    tls: bool | None = None
-    tls_dir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
-
-    @model_validator(mode="after")
-    def _range(self) -> _Migration:
-        first = self.page_server_port or MigrationSettings.page_server_port
-        count = self.page_server_ports or MigrationSettings.page_server_ports
-        if first + count - 1 > 65535:
-            raise ValueError(f"page_server_port + page_server_ports goes past 65535 ({first} + {count}); "
-                             "lower one of them")
-        return self
-
-    def settings(self, base: Path) -> MigrationSettings:
-        """`tls_dir` is relative to the inventory's folder."""
-        given = {k: v for k, v in self.model_dump().items() if v is not None and k != "tls_dir"}
-        return MigrationSettings(**given, tls_dir=(base / self.tls_dir).resolve() if self.tls_dir else None)
-
-
-class _Remote(_Strict):
-    """`[remote]`: see settings.RemoteSettings (unset keys keep its defaults)."""
-
-    connect_timeout_seconds: Annotated[float, Field(**inputs.REMOTE_SECONDS.pydantic())] | None = None
-    connect_attempts: Annotated[int, Field(**inputs.CONNECT_ATTEMPTS.pydantic())] | None = None
-    keepalive_seconds: Annotated[float, Field(**inputs.REMOTE_SECONDS.pydantic())] | None = None
-
-    def settings(self) -> RemoteSettings:
-        return RemoteSettings(**{k: v for k, v in self.model_dump().items() if v is not None})
-
-
 class _Inventory(_Strict):
     cluster: _Cluster
     nodes: Annotated[list[_Node], Field(min_length=1)]
-    power_policy: _PowerPolicy = _PowerPolicy()
-    planner: _Planner = _Planner()
+    power_policy: dict[str, Any] = {}  # older `[planner]` keys (`POWER_KEYS`): checked as the planner's
+    planner: PlannerSettings = PlannerSettings()
     budgets: _Budgets = _Budgets()
     windows: list[_Window] = []
     web: _Web | None = None
     review: _Review = _Review()
-    migration: _Migration = _Migration()
-    remote: _Remote = _Remote()
-    store: _Store = _Store()
-    qos: _Qos = _Qos()
+    migration: MigrationSettings = MigrationSettings()
+    remote: RemoteSettings = RemoteSettings()
+    store: StoreConfig = StoreConfig()
+    qos: dict[str, Any] = {}  # checked by `_Qos`, made from the guard's own declaration
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -359,6 +220,7 @@ def _describe(err: Any) -> str:
     loc = _loc(tuple(p for p in err["loc"] if not str(p).startswith("function-")))
     messages = {
         "extra_forbidden": "unknown key; remove it or check its spelling",
+        "unexpected_keyword_argument": "unknown key; remove it or check its spelling",
         "missing": "required; add it",
         "greater_than": f"must be > {ctx.get('gt')}",
         "greater_than_equal": f"must be >= {ctx.get('ge')}",
@@ -503,7 +365,8 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
     except InventoryError as exc:
         raise InventoryError(f"{label}: {exc}") from None
     try:
-        planner, sources = _planner_settings(inv)
+        planner, sources = _planner_settings(raw, inv)
+        qos = _qos_settings(inv.qos)
     except InventoryError as exc:
         raise InventoryError(f"{label}: {exc}") from None
     cluster = ClusterConfig(inv.cluster.name, planner.cap, planner.memory_cap, inv.cluster.epoch_seconds,
@@ -523,35 +386,57 @@ def parse_inventory(text: str, *, base: Path, source: Path | None = None) -> Inv
                              f"window ([planner.forecast] window_seconds = {planner.forecast.window_seconds:g}); "
                              f"keep at least {math.ceil(window_days)}")
     b = inv.budgets
+    tls_dir = inv.migration.tls_dir  # relative to the inventory's folder
+    migration = replace(inv.migration, tls_dir=(base / tls_dir).resolve() if tls_dir is not None else None)
     return Inventory(cluster=cluster, nodes=nodes, source=source, planner=planner,
                      planner_sources=sources, web=web,
                      review=ReviewConfig(inv.review.plan_ttl_seconds),
-                     store=StoreConfig(inv.store.raw_days, inv.store.hourly_days, inv.store.history_days,
-                                       inv.store.prune_rows),
+                     store=inv.store,
                      budgets=budgets.Budgets(b.migrations_per_epoch, b.migrations_per_hour,
                                              b.migrations_per_node, b.power_offs_per_hour),
-                     windows=tuple(w.window() for w in inv.windows), migration=inv.migration.settings(base),
-                     remote=inv.remote.settings(), qos=inv.qos.settings())
+                     windows=tuple(w.window() for w in inv.windows), migration=migration,
+                     remote=inv.remote, qos=qos)
 
 
+#: the `[planner]` keys an older inventory may give in `[power_policy]`
+POWER_KEYS = ("grace_seconds", "spare_nodes", "boot_seconds", "boot_power_w", "wake_timeout_seconds")
 #: where a `[planner]` key may also be given, for inventories written before `[planner]`
-_ALSO_AT = {"cap": "cluster", "memory_cap": "cluster", **{k: "power_policy" for k in _PowerPolicy.model_fields}}
+_ALSO_AT = {"cap": "cluster", "memory_cap": "cluster", **{k: "power_policy" for k in POWER_KEYS}}
+_PLANNER = TypeAdapter(PlannerSettings)
 
 
-def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str, str], ...]]:
+def _checked(adapter: TypeAdapter[Any], table: dict[str, Any], where: str) -> Any:
+    """`table` validated by `adapter` (a settings dataclass's own bounds), its errors' field paths
+    under `where`."""
+    try:
+        return adapter.validate_python(table)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = _describe({**errors[0], "loc": (*where.split("."), *errors[0]["loc"])})
+        raise InventoryError(first + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")) from None
+
+
+def _planner_settings(raw: dict[str, Any], inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str, str], ...]]:
     """The effective PlannerSettings and, per key, where its value came from ("default" or
     "inventory [section].key"). A key given in `[planner]` and in its older place must agree."""
+    planner_table = raw.get("planner") or {}
+    older = {"cluster": {k: v for k, v in (raw.get("cluster") or {}).items() if k in ("cap", "memory_cap")},
+             "power_policy": dict(inv.power_policy)}
+    checked: dict[str, PlannerSettings] = {}
+    for section, table in older.items():
+        unknown = sorted(set(table) - {k for k, at in _ALSO_AT.items() if at == section})
+        if unknown:
+            raise InventoryError(f"{section}.{unknown[0]}: unknown key; remove it or check its spelling")
+        checked[section] = _checked(_PLANNER, table, section)
     given: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key in _Planner.model_fields:
+    for f in fields(PlannerSettings):
+        key = f.name
         if key in NESTED:
             continue
-        value = getattr(inv.planner, key) if key in inv.planner.model_fields_set else None
+        value = getattr(inv.planner, key) if key in planner_table else None
         old = _ALSO_AT.get(key)
-        old_section = getattr(inv, old) if old else None
-        old_value = (
-            getattr(old_section, key) if old_section is not None and key in old_section.model_fields_set else None
-        )
+        old_value = getattr(checked[old], key) if old and key in older[old] else None
         if value is not None and old_value is not None and value != old_value:
             raise InventoryError(f"[planner].{key} = {value} and [{old}].{key} = {old_value} differ; "
                                  f"keep only [planner].{key}")
@@ -559,14 +444,49 @@ def _planner_settings(inv: _Inventory) -> tuple[PlannerSettings, tuple[tuple[str
             given[key], sources[key] = value, f"inventory [planner].{key}"
         elif old_value is not None:
             given[key], sources[key] = old_value, f"inventory [{old}].{key}"
-    nested = {}
-    for section, kind in zip(NESTED, (ForecastSettings, QosCapSettings), strict=True):
-        table = getattr(inv.planner, section)
-        set_here = {k: getattr(table, k) for k in table.model_fields_set if getattr(table, k) is not None}
-        sources.update({f"{section}.{k}": f"inventory [planner.{section}].{k}" for k in set_here})
-        nested[section] = kind(**set_here)
-    settings = PlannerSettings(**given, **nested)
+    for section in NESTED:
+        sources.update({f"{section}.{k}": f"inventory [planner.{section}].{k}"
+                        for k in (planner_table.get(section) or {})})
+    qos_table = planner_table.get("qos") or {}
+    if "cap" in planner_table and "min_cap" in qos_table and inv.planner.qos.min_cap > inv.planner.cap:
+        raise InventoryError(f"planner: qos.min_cap {inv.planner.qos.min_cap} is above cap {inv.planner.cap}; "
+                             "a lowered cap must be lower")
+    settings = replace(inv.planner, **given)
     return settings, tuple((k, sources.get(k, "default")) for k in settings.by_key())
+
+
+def _a_number(value: Any, info: Any) -> Any:
+    """A watermark written as text ("80%") is refused with the form to use."""
+    if isinstance(value, str) and info.field_name != "install":
+        raise ValueError(f"{value!r} is text; write a number, e.g. {info.field_name} = 0.8 for 80%")
+    return value
+
+
+def _guard_key(key: str) -> tuple[Any, None]:
+    """One of the guard's keys as `[qos]` takes it: optional (unset: the guard's default), within
+    the range its declaration gives."""
+    spec = INVENTORY_KEYS[key]
+    kind: type = int if spec.metadata["integer"] else float
+    lo, hi = spec.metadata["range"]
+    return Annotated[kind, Field(ge=lo, le=hi)] | None, None
+
+
+_QOS_FIELDS: dict[str, Any] = {
+    "install": (bool, QosSettings.install),
+    "restarts_per_hour": (Annotated[int, Field(**inputs.COUNT.pydantic())], QosSettings.restarts_per_hour),
+    **{key: _guard_key(key) for key in INVENTORY_KEYS},
+}
+#: `[qos]`: the guards' keys the inventory sets, each bounded by its one declaration
+#: (`qos.GuardSettings`), whether `serve` installs the guards, and the restarts per hour
+_Qos: type[BaseModel] = create_model(
+    "_Qos", __base__=_Strict, __validators__={"a_number": field_validator("*", mode="before")(_a_number)},
+    **_QOS_FIELDS)
+
+
+def _qos_settings(table: dict[str, Any]) -> QosSettings:
+    checked = _checked(TypeAdapter(_Qos), table, "qos")
+    guard = {k: getattr(checked, k) for k in INVENTORY_KEYS if getattr(checked, k) is not None}
+    return QosSettings(GuardSettings(**guard), checked.install, checked.restarts_per_hour)
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:

@@ -49,14 +49,15 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Bounds:
-    """A number an operator gives: finite and within [lo, hi] (lo excluded when `lo_open`), an
-    integer when `integer`. `unit` names it in the one-line error."""
+    """A number an operator gives: finite and within [lo, hi] (lo excluded when `lo_open`, hi when
+    `hi_open`), an integer when `integer`. `unit` names it in the one-line error."""
 
     lo: float
     hi: float
     unit: str = ""
     integer: bool = False
     lo_open: bool = False
+    hi_open: bool = False
 
     def describe(self) -> str:
         def show(x: float) -> str:
@@ -64,7 +65,8 @@ class Bounds:
 
         low = f"more than {show(self.lo)}" if self.lo_open else show(self.lo)
         kind = "an integer" if self.integer else "a number"
-        return f"{kind} from {low} to {show(self.hi)}" + (f" {self.unit}" if self.unit else "")
+        high = f"less than {show(self.hi)}" if self.hi_open else show(self.hi)
+        return f"{kind} from {low} to {high}" + (f" {self.unit}" if self.unit else "")
 
     def check(self, value: Any, field: str, given: Any = None) -> Any:
         """`value` if it is within bounds, else PeakpackError naming `field` and the range (and
@@ -76,7 +78,7 @@ class Bounds:
         if not math.isfinite(value):
             raise PeakpackError(f"{field}: {shown} is not a finite number; give {self.describe()}")
         low = value <= self.lo if self.lo_open else value < self.lo
-        if low or value > self.hi:
+        if low or (value >= self.hi if self.hi_open else value > self.hi):
             raise PeakpackError(f"{field}: {shown} is out of range; give {self.describe()}")
         return int(value) if self.integer else float(value)
 
@@ -91,9 +93,9 @@ class Bounds:
             raise PeakpackError(f"{field}: {_shown(text)} is not {self.describe()}; give one") from None
         return self.check(value, field, given=text)
 
-    def pydantic(self) -> dict[str, float]:
+    def pydantic(self) -> dict[str, Any]:
         """The same limits as pydantic `Field` keywords, for the inventory's schema."""
-        return {"gt" if self.lo_open else "ge": self.lo, "le": self.hi}
+        return {"gt" if self.lo_open else "ge": self.lo, "lt" if self.hi_open else "le": self.hi}
 
 
 #: `--metrics-port`, `[nodes.ssh] port`, `[nodes.bmc] port`

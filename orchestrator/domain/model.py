@@ -13,11 +13,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
+from pydantic import ConfigDict
+
+from . import inputs
 from .budgets import Budgets, Window
+from .inputs import Bounds
 from .qos import QosSettings
-from .settings import MigrationSettings, PlannerSettings, RemoteSettings
+from .settings import CHECKED, MigrationSettings, PlannerSettings, RemoteSettings, within
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
 #: curve at the measured load: an estimate, never shown as measured
@@ -182,10 +186,16 @@ class StoreConfig:
     power events, pinnings and approvals `history_days`. Each epoch the controller prunes at most
     `prune_rows` rows per table, so catching up never makes an epoch slow."""
 
-    raw_days: int = 14
-    hourly_days: int = 730
-    history_days: int = 400
-    prune_rows: int = 20000
+    __pydantic_config__: ClassVar[ConfigDict] = CHECKED
+
+    raw_days: Annotated[int, within(inputs.DAYS)] = 14
+    hourly_days: Annotated[int, within(inputs.DAYS)] = 730
+    history_days: Annotated[int, within(inputs.DAYS)] = 400
+    prune_rows: Annotated[int, within(Bounds(100, inputs.COUNT.hi, integer=True))] = 20000
+
+    def __post_init__(self) -> None:
+        if self.hourly_days < self.raw_days:
+            raise ValueError("hourly_days must be >= raw_days (hours are summed from the raw rows)")
 
 
 @dataclass(frozen=True)

@@ -28,22 +28,22 @@ class GuardSettings:
     capacity, of its memory limit, or of the guard's check interval."""
 
     interval_seconds: float = _key(1.0, 0.2, 60, "seconds between two checks")
-    cpu_watermark: float = _key(0.80, 0.05, 1.0, "node CPU use above this share of its capacity is a breach")
-    stall_watermark: float = _key(0.10, 0.001, 1.0, "a latency-sensitive container stalled this share of the "
+    cpu_watermark: float = _key(0.80, 0.05, 1, "node CPU use above this share of its capacity is a breach")
+    stall_watermark: float = _key(0.10, 0.001, 1, "a latency-sensitive container stalled this share of the "
                                                     "interval is a breach")
-    be_share: float = _key(0.65, 0.01, 1.0, "best-effort may use capacity x this - latency-sensitive use ...")
-    be_floor: float = _key(0.10, 0.01, 1.0, "... and never less than capacity x this")
-    cpu_step: float = _key(0.10, 0.01, 1.0, "the best-effort cap moves by capacity x this per check")
+    be_share: float = _key(0.65, 0.01, 1, "best-effort may use capacity x this - latency-sensitive use ...")
+    be_floor: float = _key(0.10, 0.01, 1, "... and never less than capacity x this")
+    cpu_step: float = _key(0.10, 0.01, 1, "the best-effort cap moves by capacity x this per check")
     breaches_to_act: int = _key(2, 1, 60, "checks in a row over a watermark before the guard acts", integer=True)
     clears_to_restore: int = _key(2, 1, 600, "clear checks in a row before it gives CPU back", integer=True)
     memory_watermark: float = _key(0.10, 0.0, 0.9, "available memory under this share of the limit: stop a "
                                                    "best-effort container")
-    memory_full_watermark: float = _key(0.10, 0.001, 1.0, "memory.pressure `full` over this share for "
+    memory_full_watermark: float = _key(0.10, 0.001, 1, "memory.pressure `full` over this share for "
                                                           "breaches_to_act checks: the same")
     # guard.json only (the inventory does not set these)
     stall_steps: int = _key(1, 0, 100, "on stall, the cap goes at most this many steps under the formula",
                             inventory=False, integer=True)
-    be_busy_share: float = _key(0.05, 0.0, 1.0, "best-effort using less than capacity x this is not blamed for "
+    be_busy_share: float = _key(0.05, 0.0, 1, "best-effort using less than capacity x this is not blamed for "
                                                 "a stall", inventory=False)
     memory_release: float = _key(0.02, 0.0, 0.5, "stop best-effort until the watermark + this is available",
                                  inventory=False)
