@@ -24,6 +24,7 @@ from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import Clients, runs_twice
+from peakpack.orchestrator.domain.placement import port_clashes
 
 from . import owners
 
@@ -433,8 +434,7 @@ def refused_targets(d: Inspect, node: str, facts: Mapping[str, NodeFacts]) -> tu
 
 def ports_in_use(d: Inspect, on_target: Iterable[Inspect]) -> list[str]:
     """Published ports of `d` that a container on the target already publishes."""
-    taken = {p for other in on_target for p in published_ports(other)}
-    return [p for p in published_ports(d) if p in taken]
+    return port_clashes(published_ports(d), {p for other in on_target for p in published_ports(other)})
 
 
 def create_body(d: Inspect, *, source_address: str, target_address: str,

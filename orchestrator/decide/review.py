@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..domain.errors import PlanError
 from ..domain.model import ClusterSnapshot, Inventory
+from ..domain.placement import Facts, refusal
 from ..domain.plan import Action, ActionKind, replay
 
 
@@ -80,6 +81,9 @@ def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[
     wake of a node quarantined since the plan was made (`quarantined`: node -> why) fails too."""
     quarantined = quarantined or {}
     state = fresh
+    facts = Facts.of(inventory, fresh)  # its host ports follow the moves that pass
+    published = {port: set(nodes) for port, nodes in facts.published.items()}
+    facts = replace(facts, published=published)
     checks: list[Check] = []
     skipped: list[tuple[int, Action]] = []
     for i, action in enumerate(actions):
@@ -90,14 +94,17 @@ def review_plan(inventory: Inventory, fresh: ClusterSnapshot, actions: Sequence[
             if action.kind is ActionKind.POWER_ON and action.node is not None and action.node in quarantined:
                 raise PlanError(f"node {action.node} is quarantined ({quarantined[action.node]}); "
                                 f"`peakpack power clear {action.node}` once fixed")
-            if action.kind is ActionKind.MIGRATE:
-                c = next((c for c in state.containers if c.name == action.container), None)
-                if c is not None and c.immovable is not None:
-                    raise PlanError(f"container can no longer be live-migrated: {c.immovable}")
-                refused = dict(c.refused_on) if c is not None else {}
-                if action.target in refused:
-                    raise PlanError(f"node {action.target} now refuses it: {refused[action.target]}")
+            moved = None
+            if action.kind is ActionKind.MIGRATE and action.target is not None:
+                moved = next((c for c in state.containers if c.name == action.container), None)
+                refused = None if moved is None else refusal(moved, action.target, facts)
+                if refused is not None:
+                    raise PlanError(f"{refused.why} ({refused.rule.value})")
             state = replay(inventory, state, [action])
+            if moved is not None:  # its host ports are published on the target from now on
+                for port in moved.ports:
+                    published[port].discard(moved.node)
+                    published[port].add(str(action.target))
         except PlanError as exc:
             reason = str(exc).removeprefix(f"{action.describe()}: ")
             after = [j for j, a in skipped if _nodes(a) & _nodes(action)

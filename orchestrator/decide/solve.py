@@ -3,13 +3,13 @@ and the simulator's production policy."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Protocol
 
 from ..domain.budgets import Allowance
 from ..domain.model import ClusterSnapshot, Inventory, is_twice
+from ..domain.placement import eligibility, movers_port_clashes
 from ..domain.plan import Plan
 from ..domain.settings import PlannerSettings
 from .planner.build import build_plan
@@ -22,27 +22,6 @@ from .qos import with_lowered_caps
 DEFAULT_POLICY = "peakpack"
 #: re-solves allowed to separate containers that publish the same host port
 MAX_PORT_ROUNDS = 5
-
-
-def eligibility(inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, frozenset[str]]:
-    """Where each container may run: an immovable one, or one on a held node, only where it is;
-    none on a held node it is not on; one that publishes a host port nowhere another container
-    already publishes that port, and none on a node its `refused_on` names (migration preflight
-    refuses these moves, so the planner must not propose them)."""
-    holders: dict[str, set[str]] = defaultdict(set)
-    for c in snapshot.containers:
-        for port in c.ports:
-            holders[port].add(c.node)
-    open_nodes = frozenset(inventory.node_names) - set(snapshot.held)
-    result: dict[str, frozenset[str]] = {}
-    for c in snapshot.containers:
-        if c.immovable is not None or c.node in snapshot.held:
-            result[c.name] = frozenset({c.node})
-            continue
-        allowed = open_nodes - {n for p in c.ports for n in holders[p] if n != c.node} - {n for n, _ in c.refused_on}
-        if allowed != frozenset(inventory.node_names):
-            result[c.name] = allowed
-    return result
 
 
 class Unsettled(Protocol):
@@ -97,21 +76,6 @@ def held_inventory(inventory: Inventory, snapshot: ClusterSnapshot) -> Inventory
         return inventory
     nodes = tuple(replace(n, power_managed=False) if n.name in snapshot.held else n for n in inventory.nodes)
     return replace(inventory, nodes=nodes)
-
-
-def placement_port_clashes(snapshot: ClusterSnapshot, assignment: Mapping[str, str]) -> dict[str, str]:
-    """Containers the placement puts on a node where another container publishes one of their
-    ports -> that node. Containers that stay where they are keep their ports, so the mover yields."""
-    seen: dict[tuple[str, str], str] = {}
-    clashes: dict[str, str] = {}
-    for c in sorted(snapshot.containers, key=lambda c: (assignment[c.name] != c.node, c.name)):
-        node = assignment[c.name]
-        for port in c.ports:
-            if (node, port) in seen:
-                clashes[c.name] = node
-            else:
-                seen[(node, port)] = c.name
-    return clashes
 
 
 def make_plan(
@@ -180,7 +144,7 @@ def _solve_without_port_clashes(solver: Policy, problem: PlacementProblem) -> tu
     for _ in range(MAX_PORT_ROUNDS):
         placement = solver.solve(problem)
         clock = clock or placement.report.stopped_by_clock
-        clashes = placement_port_clashes(problem.snapshot, placement.assignment)
+        clashes = movers_port_clashes(problem.snapshot, placement.assignment)
         if not clashes:
             return problem, _clocked(placement, clock)
         for name, node in clashes.items():

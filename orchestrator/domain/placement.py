@@ -52,7 +52,7 @@ class Facts:
 
     nodes: frozenset[str]
     held: Mapping[str, str]
-    published: Mapping[str, frozenset[str]]
+    published: Mapping[str, Collection[str]]
 
     @classmethod
     def of(cls, inventory: Inventory, snapshot: ClusterSnapshot) -> Facts:
@@ -60,8 +60,7 @@ class Facts:
         for c in snapshot.containers:
             for port in c.ports:
                 published[port].add(c.node)
-        return cls(frozenset(inventory.node_names), snapshot.held,
-                   {p: frozenset(nodes) for p, nodes in published.items()})
+        return cls(frozenset(inventory.node_names), snapshot.held, dict(published))
 
 
 def port_clashes(ports: Iterable[str], taken: Collection[str]) -> list[str]:

@@ -17,7 +17,7 @@ from peakpack.migrate.runc_conf import handles_tcp
 from peakpack.migrate.transaction import MIN_CRIU, criu_version
 from peakpack.orchestrator.decide import solve as solve_module
 from peakpack.orchestrator.decide.planner.problem import Placement
-from peakpack.orchestrator.decide.solve import eligibility, make_plan, placement_port_clashes
+from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.errors import NodeError
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
@@ -27,6 +27,7 @@ from peakpack.orchestrator.domain.model import (
     NodeState,
     PowerCurve,
 )
+from peakpack.orchestrator.domain.placement import eligibility, movers_port_clashes
 from peakpack.orchestrator.domain.plan import SolverReport
 from tests.support.build import node_spec
 
@@ -244,7 +245,7 @@ def test_a_published_port_keeps_containers_off_nodes_where_it_is_taken() -> None
                                       "web2": frozenset({"node-2", "node-3"})}
     plan = make_plan(inv, snap, time_limit_s=2)
     final = snap.placement() | {a.container: a.target for a in plan.migrations}
-    assert final["web1"] != final["web2"] and placement_port_clashes(snap, final) == {}
+    assert final["web1"] != final["web2"] and movers_port_clashes(snap, final) == {}
     # the one left behind is explained by the problem solved last, where the clash took node-3 from it
     stayer = next(w for w in ("web1", "web2") if final[w] == snap.placement()[w])
     assert plan.explanations[stayer] == f"stays on {final[stayer]}: it may run on no other node"
@@ -286,4 +287,4 @@ def test_targets_preflight_would_refuse_are_never_planned() -> None:
 def test_port_clashes_blame_the_container_that_moves() -> None:
     _, snap = cluster(Container("stay", "node-1", 0.3, 64, ports=("80/tcp",)),
                       Container("mover", "node-2", 0.3, 64, ports=("80/tcp",)))
-    assert placement_port_clashes(snap, {"stay": "node-1", "mover": "node-1"}) == {"mover": "node-1"}
+    assert movers_port_clashes(snap, {"stay": "node-1", "mover": "node-1"}) == {"mover": "node-1"}

@@ -105,7 +105,7 @@ def test_a_node_quarantined_since_the_plan_is_not_woken_nor_moved_onto() -> None
 def test_a_container_that_became_immovable_is_not_moved() -> None:
     fresh = snapshot()
     fresh = replace(fresh, containers=(replace(fresh.containers[0], immovable="uses a GPU"),) + fresh.containers[1:])
-    assert reasons(fresh)[0] == "container can no longer be live-migrated: uses a GPU"
+    assert reasons(fresh)[0] == "it cannot be live-migrated: uses a GPU (immovable)"
 
 
 def test_a_target_that_now_refuses_the_container_is_not_moved_onto() -> None:
@@ -113,7 +113,7 @@ def test_a_target_that_now_refuses_the_container_is_not_moved_onto() -> None:
     why = "a volume named data already exists there: remove or rename it"
     fresh = replace(fresh, containers=(replace(fresh.containers[0], refused_on=(("n2", why),)),) + fresh.containers[1:])
     got = reasons(fresh)
-    assert got[0] == f"node n2 now refuses it: {why}"
+    assert got[0] == f"node n2 refuses it: {why} (preflight)"
     assert got[1] is None  # b may still go to n2
     assert got[2] == "node still hosts containers (after skipping #1)"
 
