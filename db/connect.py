@@ -100,15 +100,15 @@ def engine_for(url: str) -> Engine:
 
 
 def _head_revision() -> str:
-    """The newest revision of db/migrations, read from the scripts without importing alembic
+    """The newest revision of db/revisions, read from the scripts without importing alembic
     (the revision no other one names as its down_revision)."""
     revisions: dict[str, str | None] = {}
-    for script in Path(__file__).with_name("migrations").joinpath("versions").glob("*.py"):
+    for script in Path(__file__).with_name("revisions").joinpath("versions").glob("*.py"):
         found = dict(re.findall(r"^(revision|down_revision)\s*=\s*['\"]?(\w+)['\"]?", script.read_text(), re.M))
         revisions[found["revision"]] = None if found.get("down_revision") == "None" else found.get("down_revision")
     heads = set(revisions) - set(revisions.values())
     if len(heads) != 1:
-        raise StoreError(f"db/migrations: {len(heads)} heads ({sorted(heads)}); merge them into one")
+        raise StoreError(f"db/revisions: {len(heads)} heads ({sorted(heads)}); merge them into one")
     return heads.pop()
 
 
@@ -131,7 +131,7 @@ def upgrade(engine: Engine) -> None:
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("revisions")))
     with engine.begin() as conn:
         if engine.dialect.name == "sqlite":  # the write lock before alembic reads the version
             conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,5 +1,5 @@
 """The store's tables (SQLAlchemy 2 declarative). Alembic owns their evolution: a change here
-needs a new revision under db/migrations/versions (autogenerate, then review)."""
+needs a new revision under db/revisions/versions (autogenerate, then review)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class PlanRepo(Repo):
                   inventory_digest: str | None = None, prediction: dict[str, Any] | None = None,
                   action_predictions: Sequence[dict[str, Any] | None] = ()) -> int:
         """The plan and every action (PENDING) in one transaction, before anything runs.
-        `action_predictions[i]` is action i's part of `prediction` (orchestrator.predict)."""
+        `action_predictions[i]` is action i's part of `prediction` (orchestrator.decide.predict)."""
         t = now()
         with self._write() as s:
             row = PlanRow(
@@ -70,7 +70,7 @@ class PlanRepo(Repo):
             return row.id
 
     def explanations(self, plan_id: int) -> dict[str, str]:
-        """Container -> why the plan moves it or leaves it (orchestrator.planner.explain)."""
+        """Container -> why the plan moves it or leaves it (orchestrator.decide.planner.explain)."""
         with self._tx() as s:
             row = s.get(PlanRow, plan_id)
             if row is None:

@@ -142,7 +142,7 @@ class _Review(_Strict):
 
 
 class _Budgets(_Strict):
-    """`[budgets]`: see orchestrator/budgets.py."""
+    """`[budgets]`: see orchestrator/domain/budgets.py."""
 
     migrations_per_epoch: Count | None = None
     migrations_per_hour: Count | None = None
@@ -151,7 +151,7 @@ class _Budgets(_Strict):
 
 
 class _Window(_Strict):
-    """`[[windows]]`: see orchestrator/budgets.py."""
+    """`[[windows]]`: see orchestrator/domain/budgets.py."""
 
     days: str
     start: str

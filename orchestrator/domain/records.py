@@ -46,7 +46,7 @@ class PlanRecord(JsonRecord):
     inventory_digest: str | None = None
     decided_by: str | None = None
     decided_at: datetime | None = None
-    #: predicted energy saved and frozen time, in total (orchestrator.predict); None: not predicted
+    #: predicted energy saved and frozen time, in total (orchestrator.decide.predict); None: not predicted
     prediction: dict[str, Any] | None = None
     #: the planner settings it was made with, by inventory key; None: not recorded
     settings: dict[str, Any] | None = None

@@ -202,7 +202,7 @@ SIM_T0 = datetime(2000, 1, 1, tzinfo=UTC)
 class PlannerPolicy:
     """Any registry policy of the production planner, on a forecast snapshot every step, with
     exactly the service's settings (`PlannerSettings`, default: the defaults) on the scenario's
-    epoch: the forecast rule (orchestrator/forecast.py), the weights, the power rules and the
+    epoch: the forecast rule (orchestrator/decide/forecast.py), the weights, the power rules and the
     hysteresis, fed by what the policy remembers as the store would (wake-ups, moves)."""
 
     name: str

@@ -56,6 +56,6 @@ def test_the_wheel_has_one_top_level_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"peakpack"}
-    for data in ("peakpack/inventory/demo.toml", "peakpack/db/migrations/env.py",
+    for data in ("peakpack/inventory/demo.toml", "peakpack/db/revisions/env.py",
                  "peakpack/orchestrator/faces/web/templates/index.html", "peakpack/db/repos/plans.py"):
         assert data in names

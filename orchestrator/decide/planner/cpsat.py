@@ -6,7 +6,7 @@ them, every other container stays put. Model, in integers:
 
 - x[c,n] (c on n), on[n] (n powered; a constant for nodes that must stay on);
 - CPU and memory rows: sum demand x[c,n] <= cap x on[n] (demands rounded up, caps down by
-  `orchestrator.capacity.integer_units`, so an integer-feasible answer passes `capacity.fits`);
+  `orchestrator.domain.capacity.integer_units`, so an integer-feasible answer passes `capacity.fits`);
 - power: idle x on[n] + P[n], P[n] above every line of the convex envelope of the curve's
   dynamic part (exact for convex curves, a valid under-estimate otherwise: what is reported is
   always `objective.evaluate` on the answer);

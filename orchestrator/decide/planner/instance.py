@@ -17,7 +17,7 @@ from .graph import TrafficGraph
 from .problem import PlacementProblem
 
 #: Guards divisions by a zero capacity or size and merges float-equal points; not a capacity
-#: tolerance (whether a load fits is `orchestrator.capacity`'s rule).
+#: tolerance (whether a load fits is `orchestrator.domain.capacity`'s rule).
 TINY = 1e-9
 
 
@@ -190,7 +190,7 @@ class Instance:
         nodes: int | slice | np.ndarray = slice(None),
     ) -> capacity.Verdict:
         """Whether CPU and memory loads fit `nodes` (all, by default) under this instance's
-        caps: `orchestrator.capacity.fits`, elementwise over arrays."""
+        caps: `orchestrator.domain.capacity.fits`, elementwise over arrays."""
         return capacity.fits(cpu, mem, self.cpu_cap[nodes], self.mem_cap[nodes])
 
     def allowed(self, c: int) -> np.ndarray:

@@ -69,7 +69,7 @@ class PlacementProblem:
     eligible: Mapping[str, frozenset[str]] = field(default_factory=dict)
     cap: float | None = None
     seed: int = 0
-    #: what budgets and windows allow this epoch (orchestrator/budgets.py); default: anything
+    #: what budgets and windows allow this epoch (orchestrator/domain/budgets.py); default: anything
     allowance: Allowance = field(default_factory=Allowance)
     #: containers the rules keep where they are (`eligible` has them on their node) -> why
     pinned: Mapping[str, str] = field(default_factory=dict)

@@ -233,7 +233,7 @@ def history_notes(store: Any, kind: HistoryKind, since: Any) -> list[str]:
 
 def plan_ledger(store: Any, since: Any) -> list[dict[str, Any]]:
     """Each plan with its "ledger": measured energy and downtime against its prediction
-    (`orchestrator.predict.check_prediction` says what is compared with what)."""
+    (`orchestrator.decide.predict.check_prediction` says what is compared with what)."""
     from ...decide.predict import check_prediction  # lazy: start-up speed (each command loads only what it uses)
 
     store.plans.expire()

@@ -1,4 +1,4 @@
-"""Power decisions and hysteresis as problem data (orchestrator/planner/rules.py): the objective
+"""Power decisions and hysteresis as problem data (orchestrator/decide/planner/rules.py): the objective
 sees them, so no plan migrates to empty a node that then stays on."""
 
 from __future__ import annotations
