@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import base64
 
+from peakpack.orchestrator.domain.guard import GuardSettings
 from peakpack.orchestrator.domain.model import Inventory, NodeSpec
-from peakpack.orchestrator.domain.qos import GuardSettings
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.shell import RemoteShell
 

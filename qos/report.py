@@ -4,7 +4,7 @@ observation to learn what the guard did since: its events after the last one sto
 runs, and which build (`GuardReport.outdated` against `guard_archive` and `guard_json`).
 
 The guard goes to a node as one file, `guard.pyz`: a zipapp of `qos/guard/` with the module that
-declares its settings (`orchestrator/domain/qos.py`, standard library only) and the package
+declares its settings (`orchestrator/domain/guard.py`, standard library only) and the package
 `__init__`s above them, built here byte for byte the same every time (fixed dates, sorted, stored
 uncompressed), so its digest names the build."""
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import NodeError
+from peakpack.orchestrator.domain.guard import GuardSettings
 from peakpack.orchestrator.domain.model import NodeSpec
-from peakpack.orchestrator.domain.qos import GuardSettings
 
 from .guard import DEFAULT_STATE_DIR
 
@@ -34,7 +34,7 @@ ARCHIVE = "guard.pyz"
 PACKAGE = Path(__file__).parents[1]
 #: what the archive holds besides the guard's own modules: the settings and the `__init__`s above
 ARCHIVED = ("__init__.py", "orchestrator/__init__.py", "orchestrator/domain/__init__.py",
-            "orchestrator/domain/qos.py", "qos/__init__.py")
+            "orchestrator/domain/guard.py", "qos/__init__.py")
 
 
 @cache

@@ -143,7 +143,7 @@ class Controller:
             self._traffic_at = time.monotonic()
             self._acting.release()
 
-    def reconcile(self) -> None:
+    def settle(self) -> None:
         """Settle what is unfinished (crashes, IN_DOUBT migrations) from what the nodes show: at
         start and at every epoch (the epoch's own first step), so a running controller never
         plans around stale facts. A failure is logged and the controller goes on."""
@@ -166,7 +166,7 @@ class Controller:
             self.metrics.serve(self.metrics_port, self.settings.metrics_addr)
             self._metrics_served = True
         with self._acting:
-            self.reconcile()
+            self.settle()
         self._reconciled = True  # the first epoch need not do it again
 
     @property

@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from ..decide.demand import Forecast, forecast_demand
 from ..decide.forecast import window_epochs
 from ..decide.predict import Prediction, predict
-from ..decide.qos import RESTART_FAILED, RESTARTED, LoweredCap, restarts
+from ..decide.pressure import RESTART_FAILED, RESTARTED, LoweredCap, restarts
 from ..decide.review import Review, inventory_digest, review_plan
 from ..decide.solve import DEFAULT_POLICY, Unsettled, hold_unsettled, make_plan
 from ..decide.traffic import Edge, forecast_traffic
@@ -79,7 +79,7 @@ def final_status(states: Mapping[int, ActionState]) -> PlanStatus:
     return PlanStatus.PARTIAL
 
 
-def settle_orphans(journal: Journal) -> list[str]:
+def settle_plans(journal: Journal) -> list[str]:
     """Finish plans a crash left APPLYING (call under the lease, with no plan executing): actions
     that never started are SKIPPED, and the plan gets the status its actions earned. A plan with an
     action still ONGOING (in doubt after reconcile) stays APPLYING until that is settled."""
@@ -102,13 +102,13 @@ def settle_orphans(journal: Journal) -> list[str]:
 def settle_unfinished(journal: Journal, services: Services) -> list[str]:
     """Migrations and power actions left open, settled from what the nodes show, then plans a
     stopped applier left APPLYING; one line per thing found."""
-    return [*services.reconcile(), *settle_orphans(journal)]
+    return [*services.settle(), *settle_plans(journal)]
 
 
 def restart_stopped(journal: Journal, services: Services, inventory: Inventory, observed: ClusterSnapshot
                     ) -> list[str]:
     """Start again, where they were, the best-effort containers the nodes' QoS guards stopped for
-    memory (`decide/qos.restarts`: when the node has room for what they usually use, at most
+    memory (`decide/pressure.restarts`: when the node has room for what they usually use, at most
     `[qos] restarts_per_hour`), each start journaled as a QoS event; one line per container."""
     now = observed.taken_at
     window = now - timedelta(seconds=inventory.planner.forecast.window_seconds)

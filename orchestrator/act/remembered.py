@@ -1,5 +1,5 @@
 """What the store remembers that the planner's rules need (planner/rules.py: grace, quarantine,
-hysteresis; decide/qos.py: nodes whose latency-sensitive containers stalled, containers a QoS
+hysteresis; decide/pressure.py: nodes whose latency-sensitive containers stalled, containers a QoS
 guard stopped), read for `serve` and `plan` alike so both plan the same way, and for the executor's
 last check before a power-off."""
 
@@ -9,7 +9,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from ..decide.planner.rules import Remembered, idle_updates
-from ..decide.qos import EVICTED, RESTART_FAILED, RESTARTED, guard_stopped, lowered_caps
+from ..decide.pressure import EVICTED, RESTART_FAILED, RESTARTED, guard_stopped, lowered_caps
 from ..domain.model import ClusterSnapshot, Inventory
 from ..domain.ports import Journal
 from ..domain.records import QosEventRecord
@@ -44,6 +44,6 @@ def guard_events(store: Journal, inventory: Inventory, now: datetime) -> list[Qo
 
 
 def stopped_by_guards(store: Journal, inventory: Inventory, now: datetime, running: Collection[str]) -> dict[str, str]:
-    """Containers a node's QoS guard stopped and nothing started since (`decide/qos.guard_stopped`)
+    """Containers a node's QoS guard stopped and nothing started since (`decide/pressure.guard_stopped`)
     -> their node, where they are still hosted."""
     return {name: e.node for name, e in guard_stopped(guard_events(store, inventory, now), running).items()}

@@ -17,7 +17,7 @@ from .planner.problem import Placement, PlacementProblem, Policy, Weights
 from .planner.registry import get_policy
 from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
 from .predict import frozen_model
-from .qos import with_lowered_caps
+from .pressure import with_lowered_caps
 
 DEFAULT_POLICY = "peakpack"
 #: re-solves allowed to separate containers that publish the same host port

@@ -2,7 +2,7 @@
 
 A node holds at most `cap x cpus` cores of CPU and `memory_cap x memory_mb` MB of memory; a load
 fits when it is within both, up to `EPS`. A node whose latency-sensitive containers stalled plans
-under a lower CPU cap of its own (`NodeSpec.cap`, set by `decide/qos.py`), never a higher one.
+under a lower CPU cap of its own (`NodeSpec.cap`, set by `decide/pressure.py`), never a higher one.
 Replay, plan building, the objective's constraint check, every policy and the CP-SAT model decide
 it here, so a load one of them accepts no other rejects (they differ only by the order in which
 they add floats, which EPS absorbs).

@@ -30,6 +30,7 @@ from pydantic import (
 
 from . import budgets, inputs
 from .errors import InventoryError, PeakpackError, SnapshotError
+from .guard import INVENTORY_KEYS, GuardSettings, QosSettings
 from .model import (
     BmcConfig,
     Clients,
@@ -48,7 +49,6 @@ from .model import (
     StoreConfig,
     WebConfig,
 )
-from .qos import INVENTORY_KEYS, GuardSettings, QosSettings
 from .settings import NESTED, MigrationSettings, PlannerSettings, RemoteSettings
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"

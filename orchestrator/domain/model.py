@@ -19,8 +19,8 @@ from pydantic import ConfigDict
 
 from . import inputs
 from .budgets import Budgets, Window
+from .guard import QosSettings
 from .inputs import Bounds
-from .qos import QosSettings
 from .settings import CHECKED, MigrationSettings, PlannerSettings, RemoteSettings, within
 
 #: energy sources that are readings (RAPL counters, the BMC's DCMI power); "model" is the power
@@ -139,7 +139,7 @@ class NodeSpec:
     ssh: SshConfig | None = None
     bmc: BmcConfig | None = None
     #: a CPU cap below the cluster's for this node this epoch (its latency-sensitive containers
-    #: stalled: `decide/qos.lowered_caps`); None: the cluster's. Only `capacity.node_cap` reads it
+    #: stalled: `decide/pressure.lowered_caps`); None: the cluster's. Only `capacity.node_cap` reads it
     cap: float | None = None
 
     @property

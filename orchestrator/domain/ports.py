@@ -141,7 +141,7 @@ class Observation:
 
 def in_turn(*steps: Callable[[], list[str]]) -> Callable[[], list[str]]:
     """One step made of `steps`, run in their order, their lines joined (how the composition root
-    builds `Services.reconcile` from the adapters' own settling)."""
+    builds `Services.settle` from the adapters' own settling)."""
     return lambda: [line for step in steps for line in step()]
 
 
@@ -154,7 +154,7 @@ class Services:
 
     observe: Callable[[], Observation]
     ops: NodeOps
-    reconcile: Callable[[], list[str]]
+    settle: Callable[[], list[str]]
     adjust_plan: Callable[[Plan, ClusterSnapshot], Plan]
     account_energy: Callable[[ClusterSnapshot, int | None], list[EnergyRow]]
     install_guard: Callable[[str], str] = lambda node: f"{node}: no guard to install here"

@@ -15,13 +15,13 @@ from peakpack.db.store import Store
 from peakpack.migrate.node_ops import LiveContainers, settle_migrations
 from peakpack.power import ipmi
 from peakpack.power.policy import PowerCheck
-from peakpack.power.reconcile import bmc_is_on, reconcile_power_events
 from peakpack.power.sampler import EnergyAccount, EnergySampler
 from peakpack.power.savings import SavingsRecorder
+from peakpack.power.settle import bmc_is_on, settle_power_events
 from peakpack.power.switch import PowerSwitch
 from peakpack.qos.deploy import GuardInstaller
 
-from ..act.reconcile import finish_unfinished_actions
+from ..act.settle import settle_actions
 from ..domain.model import Inventory
 from ..domain.ports import JoinedOps, Services, in_turn
 from ..observe.cluster import Observer, running_on
@@ -45,8 +45,8 @@ def live_settling(inventory: Inventory, store: Store, shell: RemoteShell,
     """Settling what a crash left open, from what the nodes show: the migrations first, then the
     power events, then the plan actions they belonged to (`serve`, `apply`, `peakpack reconcile`)."""
     return in_turn(partial(settle_migrations, inventory, store, shell, ipmi.power_probe(inventory), stop_requested),
-                   partial(reconcile_power_events, store.power, inventory),
-                   partial(finish_unfinished_actions, store, partial(bmc_is_on, inventory)))
+                   partial(settle_power_events, store.power, inventory),
+                   partial(settle_actions, store, partial(bmc_is_on, inventory)))
 
 
 def live_services(inventory: Inventory, store: Store, console: Console) -> Services:
@@ -61,7 +61,7 @@ def live_services(inventory: Inventory, store: Store, console: Console) -> Servi
     return Services(
         observe=observer,
         ops=JoinedOps(power=PowerSwitch(inventory, store, shell, log, savings), containers=containers),
-        reconcile=live_settling(inventory, store, shell),
+        settle=live_settling(inventory, store, shell),
         adjust_plan=PowerCheck(inventory, store.power, log),
         account_energy=EnergyAccount(EnergySampler(inventory, store, shell, log), savings, log),
         install_guard=GuardInstaller(inventory, shell),

@@ -6,7 +6,7 @@ stores the rows, and its `install_guards` step installs the guards found outdate
   `full`, from its cgroup2 directory: `/sys/fs/cgroup` on a cgroup v2 host, `/sys/fs/cgroup/unified`
   on a hybrid one, where runc puts containers too) and the run-queue wait of its threads
   (`/proc/TID/schedstat`); the store keeps one row per container per observation
-  (`decide/qos.pressure_records`: deltas as shares of the interval), whether a guard runs or not;
+  (`decide/pressure.pressure_records`: deltas as shares of the interval), whether a guard runs or not;
 - the guard's report (`qos/guard_report.report_argv`): its events since the last one stored, journaled
   once each (`Journal.qos`), and whether it runs the build and settings peakpack would install.
 
@@ -24,11 +24,11 @@ from typing import Any
 from peakpack.qos import report as guard_report
 from peakpack.qos.guard.parse import qos_class
 
-from ..decide.qos import Reading, pressure_records
+from ..decide.pressure import Reading, pressure_records
 from ..domain.errors import NodeError
+from ..domain.guard import GuardSettings
 from ..domain.model import ClusterSnapshot, Inventory, NodeSpec, QosClass
 from ..domain.ports import Journal
-from ..domain.qos import GuardSettings
 from ..domain.records import PressureRecord, QosEventRecord
 from ..remote import SshPool
 

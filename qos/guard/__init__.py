@@ -1,6 +1,6 @@
 """peakpack's QoS guard: one per node, checking every second or two, and working on when the head
 node or the network is gone. peakpack ships this package to each node over SSH as one archive,
-`guard.pyz` (a zipapp of it and `orchestrator/domain/qos.py`, its settings: `qos/deploy.py` builds
+`guard.pyz` (a zipapp of it and `orchestrator/domain/guard.py`, its settings: `qos/deploy.py` builds
 it), and runs it as a systemd unit (in the lab: a detached process its boot hook restarts at every
 power on); it needs nothing but Python >= 3.9's standard library, the local Docker engine's
 socket, cgroupfs and /proc.

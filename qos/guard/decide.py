@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from peakpack.orchestrator.domain.qos import GuardSettings
+from peakpack.orchestrator.domain.guard import GuardSettings
 
 from . import PERIOD_US
 from .parse import be_cpus

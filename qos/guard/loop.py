@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any
 
-from peakpack.orchestrator.domain.qos import GuardSettings, parse_guard_json
+from peakpack.orchestrator.domain.guard import GuardSettings, parse_guard_json
 
 from . import PERIOD_US, PROTOCOL
 from .decide import CpuSuppress, Decision, MemoryGuard, Seen

@@ -7,7 +7,7 @@ import errno
 import hashlib
 import os
 
-from peakpack.orchestrator.domain.qos import GuardSettings
+from peakpack.orchestrator.domain.guard import GuardSettings
 
 from . import PERIOD_US
 from .parse import Mounts, format_cpus, parse_cpus, parse_kv, parse_psi, schedstat_wait_ns

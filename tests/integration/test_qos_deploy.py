@@ -61,7 +61,7 @@ def test_a_guard_cut_short_on_its_node_is_installed_whole_at_the_next_observatio
         snapshot = ClusterSnapshot(nodes=(NodeState(NODE),), containers=())  # node-3 only: the others have none
         read = read_qos(inv, store, shell.pool, shell.call, snapshot)
         seen = Observation(snapshot, outdated_guards=tuple(read.outdated), notes=tuple(read.notes))
-        services = Services(observe=lambda: seen, ops=None, reconcile=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
+        services = Services(observe=lambda: seen, ops=None, settle=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
                             account_energy=lambda _s, _p: [], install_guard=deploy.GuardInstaller(inv, shell))
         said += install_guards(store, services, seen)
         [installed] = store.qos.events(kinds=("guard_install",))

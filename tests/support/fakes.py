@@ -145,7 +145,7 @@ def fake_services(journal: Journal, snapshot: ClusterSnapshot, reconciled: Seque
     return Services(
         observe=observe,
         ops=ops,
-        reconcile=lambda: list(reconciled),
+        settle=lambda: list(reconciled),
         adjust_plan=lambda plan, _snapshot: plan,
         account_energy=lambda _snapshot, _plan_id: list(energy),
     )

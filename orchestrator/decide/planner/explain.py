@@ -19,7 +19,7 @@ A moving container's line ends with what its clients see (`Clients.says`): conne
 reconnect to the same address, or at the target node's.
 
 A container on a node that plans under a lowered cap (its latency-sensitive containers stalled,
-`decide/qos.py`) gets that cap and why appended, moving or staying.
+`decide/pressure.py`) gets that cap and why appended, moving or staying.
 """
 
 from __future__ import annotations

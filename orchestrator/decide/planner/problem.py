@@ -80,7 +80,7 @@ class PlacementProblem:
     traffic: Mapping[tuple[str, str], float] = field(default_factory=dict)
     #: what a migration freezes a container for, by its memory (`predict.frozen_model`)
     frozen: FrozenModel = field(default_factory=lambda: frozen_model(()))
-    #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/qos.lowered_caps`)
+    #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/pressure.lowered_caps`)
     lowered_caps: Mapping[str, str] = field(default_factory=dict)
 
     @property

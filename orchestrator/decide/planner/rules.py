@@ -1,5 +1,5 @@
 """What the planner may not do this epoch, decided before it solves: power-off refusals (grace,
-quarantine, break-even, spare nodes) and hysteresis (and, from `decide/qos.py`, the lower caps of
+quarantine, break-even, spare nodes) and hysteresis (and, from `decide/pressure.py`, the lower caps of
 nodes whose latency-sensitive containers stalled). Pure: the store's memory comes in as `Remembered`.
 
 The answers are problem data the solvers already understand, so the objective sees them instead
@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from ...domain.capacity import over_cap_nodes
 from ...domain.model import ClusterSnapshot, Inventory, NodeSpec
 from ...domain.settings import PlannerSettings
-from ..qos import LoweredCap
+from ..pressure import LoweredCap
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,10 @@ class Remembered:
     #: (memory MB, frozen ms) of recent SUCCEEDED migrations: what a migration's frozen time is
     #: predicted from (`predict.frozen_model`)
     frozen_history: tuple[tuple[float, float], ...] = ()
-    #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/qos.py`)
+    #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/pressure.py`)
     lowered: Mapping[str, LoweredCap] = field(default_factory=dict)
     #: containers a node's QoS guard stopped, to be started there again -> that node
-    #: (`decide/qos.guard_stopped`): still hosted there, though not running
+    #: (`decide/pressure.guard_stopped`): still hosted there, though not running
     stopped: Mapping[str, str] = field(default_factory=dict)
 
 

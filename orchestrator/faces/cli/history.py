@@ -290,8 +290,8 @@ def history_rows(store: Any, kind: HistoryKind, since: Any, by: GroupBy | None,
 
 def pressure_by_container(store: Any, rows: list[Any], since: Any) -> list[dict[str, Any]]:
     """Each container's stall over the period, and whether it is a suspected devil (its co-runners
-    stall when it is busy: `decide/qos.suspected_devils`, at the default `[planner.qos] stall_share`)."""
-    from ...decide.qos import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
+    stall when it is busy: `decide/pressure.suspected_devils`, at the default `[planner.qos] stall_share`)."""
+    from ...decide.pressure import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
     from ...domain.settings import PlannerSettings
 
     suspects = suspected_devils(store.pressure.history(since=since), store.demand.history(since=since),

@@ -128,8 +128,8 @@ QOS_COLUMNS = (Column("container", "container", priority=0), Column("node", "nod
 
 
 def suspected(store: Any, inventory: Inventory, snapshot: ClusterSnapshot) -> dict[str, str]:
-    """Suspected devils over the forecast window before the snapshot (`decide/qos.suspected_devils`)."""
-    from ...decide.qos import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
+    """Suspected devils over the forecast window before the snapshot (`decide/pressure.suspected_devils`)."""
+    from ...decide.pressure import suspected_devils  # lazy: start-up speed (each command loads only what it uses)
 
     since = snapshot.taken_at - timedelta(seconds=inventory.planner.forecast.window_seconds)
     return suspected_devils(store.pressure.history(since=since), store.demand.history(since=since),

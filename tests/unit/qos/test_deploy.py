@@ -89,7 +89,7 @@ def test_a_guard_that_fails_to_report_is_reinstalled(tmp_path: Path) -> None:
     with Store.open(f"sqlite:///{tmp_path / 'pp.db'}") as store:
         read = read_qos(inv, store, pool, call, snapshot)  # type: ignore[arg-type]
         seen = Observation(snapshot, outdated_guards=tuple(read.outdated), notes=tuple(read.notes))
-        services = Services(observe=lambda: seen, ops=None, reconcile=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
+        services = Services(observe=lambda: seen, ops=None, settle=list, adjust_plan=lambda p, _: p,  # type: ignore[arg-type]
                             account_energy=lambda _s, _p: [],
                             install_guard=lambda n: call(deploy.install(pool, inv.node(n), inv.qos.guard)))  # type: ignore[arg-type]
         said += install_guards(store, services, seen)

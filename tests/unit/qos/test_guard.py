@@ -16,9 +16,9 @@ import pytest
 from pydantic import ValidationError
 
 from peakpack.migrate import hold
-from peakpack.orchestrator.domain import qos as settings_module
+from peakpack.orchestrator.domain import guard as settings_module
 from peakpack.orchestrator.domain.config import _Qos
-from peakpack.orchestrator.domain.qos import INVENTORY_KEYS, GuardSettings, parse_guard_json
+from peakpack.orchestrator.domain.guard import INVENTORY_KEYS, GuardSettings, parse_guard_json
 from peakpack.qos import guard
 from peakpack.qos.guard import decide, events, parse
 from peakpack.qos.guard.decide import CpuSuppress, MemoryGuard, Seen, choose_victims, split_quota
@@ -37,7 +37,8 @@ def test_the_guard_imports_nothing_but_the_standard_library() -> None:
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module.split(".")[0] for n in ast.walk(tree)
                   if isinstance(n, ast.ImportFrom) and n.module and not n.level
-                  and not (n.module == "peakpack.orchestrator.domain.qos" or n.module.startswith("peakpack.qos.guard"))}
+                  and n.module != "peakpack.orchestrator.domain.guard"
+                  and not n.module.startswith("peakpack.qos.guard")}
         assert names <= set(sys.stdlib_module_names) | {"__future__"}, path
 
 

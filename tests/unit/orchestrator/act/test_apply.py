@@ -13,7 +13,7 @@ import pytest
 from peakpack.db.store import Store
 from peakpack.orchestrator.act.apply import apply_plan
 from peakpack.orchestrator.act.controller import Controller, ControllerSettings
-from peakpack.orchestrator.act.epoch import settle_orphans
+from peakpack.orchestrator.act.epoch import settle_plans
 from peakpack.orchestrator.domain.config import demo_inventory, demo_snapshot
 from peakpack.orchestrator.domain.errors import PlanError
 from peakpack.orchestrator.domain.model import ClusterSnapshot
@@ -100,8 +100,8 @@ def test_a_plan_left_applying_by_a_crash_is_settled_from_its_journal(store: Stor
     assert store.plans.set_status(pid, PlanStatus.APPLYING, only_from=[PlanStatus.RECOMMENDED], decided_by="cli:x")
     first, *_ = store.plans.actions(plan_id=pid)
     store.plans.set_action_state(first.id, ActionState.ONGOING)
-    assert settle_orphans(store) == []  # in doubt: reconcile must settle the action first
+    assert settle_plans(store) == []  # in doubt: reconcile must settle the action first
     store.plans.set_action_state(first.id, ActionState.SUCCEEDED)
-    assert settle_orphans(store) == [f"plan {pid}: left APPLYING by a stopped applier, now PARTIAL"]
+    assert settle_plans(store) == [f"plan {pid}: left APPLYING by a stopped applier, now PARTIAL"]
     assert {a.state for a in store.plans.actions(plan_id=pid)[1:]} == {ActionState.SKIPPED}
     assert store.plans.get(pid).status is PlanStatus.PARTIAL

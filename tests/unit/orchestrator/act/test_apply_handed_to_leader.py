@@ -57,7 +57,7 @@ class RecordingOps:
 
 
 def services(ops: RecordingOps, snap: ClusterSnapshot) -> Services:
-    return Services(observe=lambda: Observation(snap), ops=ops, reconcile=lambda: [],  # type: ignore[arg-type]
+    return Services(observe=lambda: Observation(snap), ops=ops, settle=lambda: [],  # type: ignore[arg-type]
                     adjust_plan=lambda plan, _s: plan, account_energy=lambda _s, _p: [])
 
 

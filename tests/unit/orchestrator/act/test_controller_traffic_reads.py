@@ -23,7 +23,7 @@ def controller(tmp_path: Path, every: int, sample: Callable[[], None]) -> tuple[
     inv = demo_inventory()
     inv = replace(inv, cluster=replace(inv.cluster, traffic_read_seconds=every))
     store = Store.open(f"sqlite:///{tmp_path / 'pp.db'}")
-    services = Services(observe=lambda: Observation(demo_snapshot(inv)), ops=RecordingOps(store), reconcile=lambda: [],  # type: ignore[arg-type]
+    services = Services(observe=lambda: Observation(demo_snapshot(inv)), ops=RecordingOps(store), settle=lambda: [],  # type: ignore[arg-type]
                         adjust_plan=lambda plan, _s: plan, account_energy=lambda _s, _p: [], sample_traffic=sample)
     log = io.StringIO()
     settings = ControllerSettings(dry_run=False, time_limit_s=2, epoch_seconds=3600)

@@ -1,7 +1,7 @@
 """A container a node's QoS guard stopped for memory is still hosted there: it is started again
 there once the node has room (`epoch.restart_stopped`), so the node is never planned off, nor
 switched off by the executor, while it holds one; switched off, nothing would start it again. One
-rule (`decide/qos.guard_stopped`) for the planner, the executor and the restarts. The real-lab
+rule (`decide/pressure.guard_stopped`) for the planner, the executor and the restarts. The real-lab
 case is tests/integration/test_guard_stopped_hosted.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from peakpack.db.store import Store
 from peakpack.orchestrator.act.epoch import execute_plan
 from peakpack.orchestrator.act.remembered import remembered
 from peakpack.orchestrator.decide.planner.rules import Remembered, restraints
-from peakpack.orchestrator.decide.qos import EVICTED, RESTARTED
+from peakpack.orchestrator.decide.pressure import EVICTED, RESTARTED
 from peakpack.orchestrator.decide.solve import make_plan
 from peakpack.orchestrator.domain.model import ClusterMetrics, ClusterSnapshot, Container, NodeState
 from peakpack.orchestrator.domain.plan import Action, ActionKind, Plan, SolverReport

@@ -172,7 +172,7 @@ def test_a_failed_reconciliation_is_logged_and_the_epoch_goes_on(store: Store) -
         raise KeyError("State")  # e.g. a bug, or a node answering nonsense
 
     log = io.StringIO()
-    services = replace(fake_services(store, demo_snapshot(inv), []), reconcile=reconcile)
+    services = replace(fake_services(store, demo_snapshot(inv), []), settle=reconcile)
     controller = Controller(inv, store, ControllerSettings(dry_run=False, time_limit_s=5),
                             console=Console(file=log, width=300), services=services)
     controller.start()  # taking office (a standby's take-over) survives it
@@ -257,7 +257,7 @@ def test_the_controller_wakes_that_node_then_reconciles_before_planning(store: S
         reconciled.append("reconcile")
         return []
 
-    services = replace(fake_services(store, off, []), reconcile=reconcile)
+    services = replace(fake_services(store, off, []), settle=reconcile)
     controller = Controller(inv, store, ControllerSettings(dry_run=False, approve=True, time_limit_s=5),
                             console=Console(file=io.StringIO()), services=services)
     controller.run_once()

@@ -175,7 +175,7 @@ def test_a_standby_controller_reconciles_before_it_acts_and_fences_the_old_one(t
                     events.append("reconcile")
                 return ["action 7 (power_on): finished from what the nodes show"]
 
-            return replace(fake_services(store, snap), observe=observe, reconcile=reconcile)
+            return replace(fake_services(store, snap), observe=observe, settle=reconcile)
 
         log = io.StringIO()
         old = Controller(inv, a_store, settings, console=Console(file=io.StringIO()), services=services(a_store, False))

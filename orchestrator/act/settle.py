@@ -11,7 +11,7 @@ from ..domain.ports import Journal
 from ..domain.states import ActionState
 
 
-def finish_unfinished_actions(journal: Journal, bmc_is_on: Callable[[str], bool]) -> list[str]:
+def settle_actions(journal: Journal, bmc_is_on: Callable[[str], bool]) -> list[str]:
     """One line per ONGOING action finished; `bmc_is_on(node)` raises PeakpackError when the BMC
     cannot be read."""
     lines: list[str] = []

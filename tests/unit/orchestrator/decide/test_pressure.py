@@ -1,4 +1,4 @@
-"""Pressure fed back to the planner (orchestrator/decide/qos.py): stall shares from counter
+"""Pressure fed back to the planner (orchestrator/decide/pressure.py): stall shares from counter
 deltas, the lower cap of a node whose latency-sensitive containers stalled (with its hysteresis and
 its explanation), suspected devils, and which stopped containers start again; the inventory's
 `[qos]` and `[planner.qos]`, and the `peakpack.qos` label."""
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from peakpack.orchestrator.decide.planner.rules import Remembered
-from peakpack.orchestrator.decide.qos import (
+from peakpack.orchestrator.decide.pressure import (
     EVICTED,
     RESTART_FAILED,
     RESTARTED,

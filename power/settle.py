@@ -11,7 +11,7 @@ from peakpack.orchestrator.domain.ports import PowerRepo
 from . import ipmi
 
 
-def reconcile_power_events(power: PowerRepo, inventory: Inventory) -> list[str]:
+def settle_power_events(power: PowerRepo, inventory: Inventory) -> list[str]:
     """One line per ONGOING power event, settled or left as it is."""
     lines = []
     for ev in power.events(state="ONGOING"):
