@@ -523,7 +523,7 @@ class Migration:
                                                                                    restart_policy=NO_RESTART))
         src, dst, s = self.src_criu, self.dst_criu, self.settings
         source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
-        await asyncio.gather(self._renew(), src.make("dump"), dst.make("images"))
+        await asyncio.gather(self._renew(), src.make("dump"), src.make("work"), dst.make("images"))
         secure = list(tls.CRIU_OPTIONS) if s.tls else []
         if self.post_copy:
             self.port = s.page_server_port + self.mid % s.page_server_ports
@@ -535,7 +535,8 @@ class Migration:
             source_lines, target_lines = ["page-server", f"address {target_address}", *secure], []
         tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
-            src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
+            src.arm("source", [f"images-dir {src.dir}/dump", f"work-dir {src.dir}/work", *source_lines,
+                               f"port {self.port}", "leave-stopped",
                                "network-lock iptables", *tcp]),
             dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines, *tcp]))
         return f"{'post-copy from' if self.post_copy else 'page server on'} port {self.port}"
