@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from peakpack.orchestrator.domain.errors import MigrationError, NodeError
+from peakpack.orchestrator.domain.errors import NodeError, TargetRefused
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
@@ -58,11 +58,11 @@ def shortfall(container: str, target: str, need: Need, room: Room) -> str | None
     """Why `target` cannot take the container (one line with the fix), or None."""
     mib = 1024**2
     if need.memory + MEMORY_RESERVE > room.memory:
-        return (f"--to: {target} has {room.memory // mib} MiB of memory available; {container} needs "
+        return (f"{target} has {room.memory // mib} MiB of memory available; {container} needs "
                 f"{need.memory // mib} MiB (its limit, or what it uses) and {MEMORY_RESERVE // mib} MiB must stay "
                 "free; choose another node or free memory there")
     if need.disk + DISK_RESERVE > room.disk:
-        return (f"--to: {target} has {room.disk // mib} MiB free for docker; {container} needs {need.disk // mib} MiB "
+        return (f"{target} has {room.disk // mib} MiB free for docker; {container} needs {need.disk // mib} MiB "
                 f"(its writable layer, volumes and checkpoint) and {DISK_RESERVE // mib} MiB must stay free; choose "
                 "another node or free disk there")
     return None
@@ -86,7 +86,7 @@ def copied_folders(inspect: dict[str, Any]) -> list[str]:
 
 async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: str, target: str,
                      inspect: dict[str, Any], target_root: str) -> None:
-    """Raise MigrationError unless `target` has room for `container` (`inspect`: its inspect
+    """Raise TargetRefused unless `target` has room for `container` (`inspect`: its inspect
     document on the source; `target_root`: the target's docker root)."""
     folders = copied_folders(inspect)
     stats, sizes, free = await asyncio.gather(
@@ -99,4 +99,4 @@ async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: 
     available, disk = parse_numbers(target, free.stdout, 2)
     why = shortfall(container, target, Need(memory, copied + in_use), Room(available, disk))
     if why is not None:
-        raise MigrationError(why)
+        raise TargetRefused(why)
