@@ -87,7 +87,12 @@ def copied_folders(inspect: dict[str, Any]) -> list[str]:
 async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: str, target: str,
                      inspect: dict[str, Any], target_root: str) -> None:
     """Raise TargetRefused unless `target` has room for `container` (`inspect`: its inspect
-    document on the source; `target_root`: the target's docker root)."""
+    document on the source; `target_root`: the target's docker root).
+
+    What the move needs of the target at its peak, the restore: the restored memory (its limit, or
+    what it uses) and, on the disk of its docker root, the writable layer, the volumes and the
+    pages the dump sent (about the memory in use). The pages pass through the target's page cache
+    on their way to and from that disk, which the kernel reclaims: memory it need not hold back."""
     folders = copied_folders(inspect)
     stats, sizes, free = await asyncio.gather(
         engines.call(source, lambda api: api.stats(container, stream=False)),
