@@ -39,8 +39,10 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shlex
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -63,7 +65,9 @@ from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 from tests.support.held import HeldConnection
 
-PORT, RAW_PORT = 11211, 11311
+PORT, RAW_PORT, LINK_PORT = 11211, 11311, 29999
+#: the floor's images: node-1's own /dev/shm (each lab node has its own tmpfs there)
+RAW_DIR = "/dev/shm/bench-raw"
 VALUE_KB = 100
 #: memcached as the container runs it (as root: where root lacks CAP_SYS_RESOURCE CRIU cannot dump
 #: a process of another user, so `-u nobody` would be refused by preflight)
@@ -83,11 +87,19 @@ start)
       [ "$(awk '/^NSpid/ {print NF}' /proc/$p/status)" = 3 ] && echo "$p"; done; exit 0; }
     sleep 0.1
   done; exit 1;;
-dump)
+dump)  # PID MB: dump into RAM (the node's own /dev/shm), then restore from there while a process holds
+  # as much memory as the dumped one had, as the source peakpack keeps stopped until the target runs
   rm -rf "$dir"; mkdir -p "$dir"; sync
   t0=$(date +%s.%N); criu dump -t "$6" -D "$dir" --tcp-close -o dump.log; t1=$(date +%s.%N)
-  criu restore -D "$dir" -d --tcp-close -o restore.log --pidfile "$dir/restored.pid"; t2=$(date +%s.%N)
-  echo "$t0 $t1 $t2 $(cat "$dir/restored.pid")";;
+  python3 -c 'import sys, time; b = bytearray(int(sys.argv[1]) << 20); b[::4096] = b"x" * len(b[::4096])
+print(flush=True); time.sleep(600)' "$7" > "$dir/held" &
+  h=$!; while [ ! -s "$dir/held" ]; do sleep 0.05; done
+  t2=$(date +%s.%N)
+  criu restore -D "$dir" -d --tcp-close -o restore.log --pidfile "$dir/restored.pid"; t3=$(date +%s.%N)
+  kill $h
+  echo "$t0 $t1 $t2 $t3 $(cat "$dir/restored.pid")";;
+link)  # ADDRESS PORT MB: seconds to send MB over TCP to the sink at ADDRESS:PORT, until it has them all
+  python3 -c "$LINK_SEND" "$6" "$7" "$8";;
 esac
 """
 
@@ -196,33 +208,95 @@ class Row:
     writes_lost: int = 0
     state: str = "SUCCEEDED"
     load: float = 0.0
+    tls: bool = True             # the page stream was TLS ([migration] tls)
+    #: CRIU's own phases, from its logs: the dump's page stream (first page to disconnect from the
+    #: page server) and the rest of the dump; the restore's read of the pages (its one preadv) and
+    #: the whole of CRIU's restore (the rest of `restore_s` is docker, containerd and runc)
+    dump_pages_s: float | None = None
+    dump_rest_s: float | None = None
+    restore_read_s: float | None = None
+    restore_criu_s: float | None = None
+    floor_s: float | None = None  # raw CRIU in RAM, same size, same round
+    link_s: float | None = None   # the link's own time for the memory's bytes, same round
     network: str = "ports"       # ports: a published port; segment: the lab's labnet, ONE held connection
     kept: bool | None = None     # segment: the one connection lasted (None: not measured)
     new_conn_s: float | None = None  # segment: from the restore's end to the first new connection answered
     fault: str = ""              # segment --rollback: the fault injected after the dump
 
 
-def raw(lab: Lab, root: Path, mb: int, rnd: int) -> Row:
-    node = lab.node("node-1")
+def raw_script(lab: Lab, root: Path, *args: str) -> str:
     address = lab.layout.node("node-1").address
+    proc = lab.exec("node-1", ["sh", "-c", RAW_SCRIPT, "raw", str(root), address, str(RAW_PORT), RAW_DIR, *args],
+                    timeout=900)
+    if proc.returncode:
+        raise SystemExit(f"raw CRIU on node-1: {args[0]}: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
 
-    def script(*args: str) -> str:
-        proc = lab.exec("node-1", ["sh", "-c", RAW_SCRIPT, "raw", str(root), address, str(RAW_PORT),
-                                   str(node.docker_root / "bench-raw"), *args], timeout=900)
-        if proc.returncode:
-            raise SystemExit(f"raw CRIU on node-1: {args[0]}: {proc.stderr.strip()[-300:]}")
-        return proc.stdout
 
-    pid = script("start").split()[0]
+def raw(lab: Lab, root: Path, mb: int, rnd: int) -> Row:
+    """The floor: the same memcached binary, no Docker, dumped into RAM on node-1 and restored from
+    there while its memory is still taken (as the source peakpack keeps until the target runs)."""
+    address = lab.layout.node("node-1").address
+    pid = raw_script(lab, root, "start").split()[0]
     try:
         fill(address, RAW_PORT, mb)
-        t0, t1, t2, restored = script("dump", pid).split()
+        rss_mb = int(lab.exec("node-1", ["awk", "/^VmRSS/ {print $2}", f"/proc/{pid}/status"]).stdout or 0) // 1024
+        t0, t1, t2, t3, restored = raw_script(lab, root, "dump", pid, str(max(rss_mb, mb))).split()
         lost = items_lost(address, RAW_PORT, mb)
     finally:
-        lab.exec("node-1", ["sh", "-c", f"pkill -f '^/usr/bin/memcached .* -p {RAW_PORT}$'; "
-                                        f"rm -rf {node.docker_root / 'bench-raw'}"])
-    return Row("raw", mb, rnd, float(t2) - float(t0), float(t1) - float(t0), 0.0, float(t2) - float(t1),
-               items_lost=lost, state=f"restored as {restored}", load=os.getloadavg()[0])
+        lab.exec("node-1", ["sh", "-c", f"pkill -f '^/usr/bin/memcached .* -p {RAW_PORT}$'; rm -rf {RAW_DIR}"])
+    return Row("raw", mb, rnd, float(t1) - float(t0) + float(t3) - float(t2), float(t1) - float(t0), 0.0,
+               float(t3) - float(t2), items_lost=lost, state=f"restored as {restored}", load=os.getloadavg()[0])
+
+
+#: the link's measure: a sink on node-2 that reads one connection to its end, then answers; the
+#: sender on node-1 times sending MB until that answer
+LINK_SINK = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(120); print("ready", flush=True)
+c, _ = s.accept(); c.settimeout(120); n = int(sys.argv[3]) << 20; got = 0
+while got < n:
+    got += len(c.recv(1 << 20) or b"") or n
+c.sendall(b"k")
+"""
+LINK_SEND = r"""
+import socket, sys, time
+n = int(sys.argv[3]) << 20; block = bytes(1 << 20); t0 = time.monotonic()
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=120)
+for _ in range(n >> 20):
+    c.sendall(block)
+c.recv(1); print(0, time.monotonic() - t0)
+"""
+
+
+def link(lab: Lab, root: Path, mb: int) -> float:
+    """Seconds node-1 takes to send `mb` MB to node-2 over plain TCP until node-2 has them all,
+    measured now: the link's own time for the pages a migration of that size sends."""
+    address = lab.node("node-2").address
+    sink = subprocess.Popen([*lab.ssh_argv("node-2"), "--", shlex.join(["python3", "-c", LINK_SINK, address,
+                                                                        str(LINK_PORT), str(mb)])],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        proc = lab.exec("node-1", ["env", f"LINK_SEND={LINK_SEND}", "sh", "-c", RAW_SCRIPT, "raw", str(root), "-",
+                                   "-", RAW_DIR, "link", address, str(LINK_PORT), str(mb)], timeout=300)
+        t0, t1 = proc.stdout.split()
+    finally:
+        sink.kill()
+    return float(t1) - float(t0)
+
+
+def warm(gb: int) -> None:
+    """Touch `gb` GB once and exit: this kind of VM backs its memory lazily, and the first touch of
+    a page costs a host fault; a migration's target needs fresh memory (its source is kept), so
+    every timed run starts from the same, warm, machine."""
+    if gb <= 0:
+        return
+    t0 = time.monotonic()
+    touch = f"b = bytearray({gb} << 30); b[::4096] = b'x' * len(b[::4096])"
+    subprocess.run([sys.executable, "-c", touch], check=True)
+    print(f"# warmed: touched {gb} GB and let it go ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
 
 
 def wait_for_server(address: str) -> None:
@@ -234,7 +308,53 @@ def wait_for_server(address: str) -> None:
             time.sleep(0.1)
 
 
-def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
+def stamps(log: str, *marks: str) -> list[float | None]:
+    """The time (s since CRIU started) of the first line holding each of `marks` in a CRIU log (a
+    mark may name alternatives: "a|b")."""
+    found: list[float | None] = [None] * len(marks)
+    for line in log.splitlines():
+        if not line.startswith("("):
+            continue
+        for i, mark in enumerate(marks):
+            if found[i] is None and any(m in line for m in mark.split("|")):
+                found[i] = float(line[1:line.index(")")])
+    return found
+
+
+class Phases:
+    """A hook that reads CRIU's logs of the migration while both are still there (at settling):
+    the source's dump log (the migration's own work folder) and the target's restore log (its
+    containerd task folder)."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.dump, self.restore = "", ""
+
+    async def __call__(self, step: str) -> None:
+        if step != "settling":
+            return
+        n1, n2 = self.lab.node("node-1"), self.lab.node("node-2")
+        dumps = sorted((n1.docker_root / "peakpack-criu").glob("*/work/dump.log"), key=os.path.getmtime)
+        restores = sorted(n2.exec_root.glob("containerd/daemon/io.containerd.runtime.v2.task/*/*/work/restore.log"),
+                          key=os.path.getmtime)
+        self.dump = dumps[-1].read_text(errors="replace") if dumps else ""
+        self.restore = restores[-1].read_text(errors="replace") if restores else ""
+
+    def fill(self, row: Row) -> Row:
+        first, last, end = stamps(self.dump, "page-xfer: Sending|page-xfer: Splicing",
+                                  "Disconnect from the page server", "Dumping finished successfully")
+        if first is not None and last is not None and end is not None:
+            row.dump_pages_s, row.dump_rest_s = last - first, end - (last - first)
+        read, returned, done = stamps(self.restore, "Preadv", "`- returned", "Restore finished successfully")
+        if read is not None and returned is not None:
+            row.restore_read_s = returned - read
+        lines = [x for x in self.restore.splitlines() if x.startswith("(")]
+        if done is not None or lines:
+            row.restore_criu_s = done if done is not None else float(lines[-1][1:lines[-1].index(")")])
+        return row
+
+
+def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool, tls: bool = True) -> Row:
     n1, n2 = (lab.layout.node(n) for n in ("node-1", "node-2"))
     for n in (n1, n2):
         docker(n, "rm", "-f", "mc", check=False)
@@ -248,8 +368,9 @@ def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
     time.sleep(1)
     inv = load_inventory(lab.inventory_path)
     with RemoteShell(inv) as shell, Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store:
-        m = Migration(shell.pool, shell.engines, store, inv, "mc", "node-1", "node-2",
-                      settings=MigrationSettings(post_copy=post_copy))
+        phases = Phases(lab)
+        m = Migration(shell.pool, shell.engines, store, inv, "mc", "node-1", "node-2", hook=phases,
+                      settings=MigrationSettings(post_copy=post_copy, tls=tls))
         result = shell.call(m.run())
     time.sleep(1)
     stop.set()
@@ -257,12 +378,13 @@ def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool) -> Row:
     client.join()
     where = n2 if result.state is MigrationState.SUCCEEDED else n1
     t = m.t
-    return Row("post-copy" if post_copy else "pages", mb, rnd, (result.frozen_ms or 0) / 1000,
+    return phases.fill(Row("post-copy" if post_copy else "pages", mb, rnd, (result.frozen_ms or 0) / 1000,
                (t.checkpoint_ms or 0) / 1000, (t.transfer_ms or 0) / 1000, (t.restore_ms or 0) / 1000,
                last_page_s=None if t.last_page_ms is None else t.last_page_ms / 1000, longest_gap_s=gap,
                items_lost=items_lost(where.address, PORT, mb), writes_acked=acked,
                writes_lost=writes_lost(where.address, PORT, acked),
-               state=result.state.value + (f": {result.reason}" if result.reason else ""), load=os.getloadavg()[0])
+               state=result.state.value + (f": {result.reason}" if result.reason else ""), load=os.getloadavg()[0],
+               tls=tls))
 
 
 class NewConnections:
@@ -356,29 +478,46 @@ def report_segment(rows: list[Row]) -> None:
               f"{'-' if r.new_conn_s is None else f'{r.new_conn_s:.2f}'}")
 
 
-def report(rows: list[Row]) -> None:
-    def med(mode: str, mb: int, attr: str) -> float | None:
-        got = [getattr(r, attr) for r in rows if r.mode == mode and r.mb == mb and getattr(r, attr) is not None]
-        return statistics.median(got) if got else None
+def med(rows: list[Row], attr: str) -> float | None:
+    got = [getattr(r, attr) for r in rows if getattr(r, attr) is not None]
+    return statistics.median(got) if got else None
 
-    def f(x: float | None) -> str:
-        return "-" if x is None else f"{x:.2f}"
 
-    report_segment(rows)
-    every, rows = rows, [r for r in rows if r.network != "segment" or r.mode == "raw"]
-    print("\nmedians (s)   raw CRIU | pages: frozen (dump/transfer/restore) gap  ratio | post-copy: frozen "
-          "last page gap  ratio")
+def f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def report_phases(rows: list[Row]) -> None:
+    """Per size and route, medians over the rounds: the freeze's phases (CRIU's own, from its logs),
+    the floor and the link beside them, and the ratios the targets are stated in."""
+    print("\nmedians (s): frozen = dump (CRIU's page stream + the rest) + transfer + restore (CRIU's read of the "
+          "pages / all of CRIU's restore / docker's start around it)")
+    print("   MB route          frozen  dump (pages+rest)  transfer  restore (read/criu/+docker)  gap   floor "
+          " frozen/floor  link  pages/link  tail  tail/GB  tail/link")
     for mb in sorted({r.mb for r in rows}):
-        floor = med("raw", mb, "frozen_s")
-        line = [f"{mb:5d} MB   {f(floor):>8}"]
-        for mode in ("pages", "post-copy"):
-            frozen = med(mode, mb, "frozen_s")
-            ratio = f"{frozen / floor:.1f}x" if frozen and floor else "-"
-            extra = (f"({f(med(mode, mb, 'dump_s'))}/{f(med(mode, mb, 'transfer_s'))}/{f(med(mode, mb, 'restore_s'))})"
-                     if mode == "pages" else f(med(mode, mb, "last_page_s")))
-            line.append(f"| {f(frozen):>6} {extra} {f(med(mode, mb, 'longest_gap_s'))} {ratio}")
-        print(" ".join(line))
-    rows = every
+        floor, link = med([r for r in rows if r.mb == mb and r.mode == "raw"], "frozen_s"), \
+            med([r for r in rows if r.mb == mb and r.link_s is not None], "link_s")
+        for mode, tls in (("pages", True), ("pages", False), ("post-copy", True), ("post-copy", False)):
+            got = [r for r in rows if r.mb == mb and r.mode == mode and r.tls == tls and r.network == "ports"]
+            if not got:
+                continue
+            frozen, pages = med(got, "frozen_s"), med(got, "dump_pages_s")
+            restore, criu = med(got, "restore_s"), med(got, "restore_criu_s")
+            tails = [r.last_page_s - r.frozen_s for r in got if r.last_page_s is not None]
+            tail = statistics.median(tails) if tails else None
+            print(f"{mb:5d} {mode + (' TLS' if tls else ' plain'):14s} {f(frozen):>6}  {f(med(got, 'dump_s')):>5} "
+                  f"({f(pages)}+{f(med(got, 'dump_rest_s'))})  {f(med(got, 'transfer_s')):>6}    {f(restore):>5} "
+                  f"({f(med(got, 'restore_read_s'))}/{f(criu)}/+{f(restore - criu if restore and criu else None)})"
+                  f"  {f(med(got, 'longest_gap_s'))}  {f(floor)}  "
+                  f"{f(frozen / floor if frozen and floor else None, 1)}x  {f(link)}  "
+                  f"{f(pages / link if pages and link else None, 1)}x  {f(tail)}  "
+                  f"{f(tail / (mb / 1024) if tail is not None else None)}  "
+                  f"{f(tail / link if tail is not None and link else None, 1)}x")
+
+
+def report(rows: list[Row]) -> None:
+    report_segment(rows)
+    report_phases([r for r in rows if r.network != "segment" or r.mode == "raw"])
     bad = [r for r in rows if r.items_lost or r.writes_lost or r.kept is False
            or not r.state.startswith(("SUCCEEDED", "restored", "ROLLED_BACK" if r.fault else "SUCCEEDED"))]
     acked = sum(r.writes_acked for r in rows)
@@ -402,31 +541,40 @@ def main() -> None:
                     "segment network (the address moves), ONE client connection never reopened")
     ap.add_argument("--rollback", action="store_true",
                     help="with --network segment: also a run per size with the target's disk filled after the dump")
+    ap.add_argument("--tls", choices=("on", "off", "both"), default="on",
+                    help="the page streams' TLS ([migration] tls); both: every migration of the run twice, in turn")
+    ap.add_argument("--warm-gb", type=int, default=14,
+                    help="touch this many GB before every timed run (0: don't): this VM backs memory lazily")
     a = ap.parse_args()
     own = a.dir is None
     lab = Lab(a.dir or Path(tempfile.mkdtemp(prefix="peakpack-bench-")))
     if own:
         lab.up(nodes=2, cpus=2)
     rows: list[Row] = []
+    tls = {"on": (True,), "off": (False,), "both": (True, False)}[a.tls]
     try:
         root = memcached_rootfs()
         memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
-                runs = [("raw", False)] + [(m, False) for m in ("pages", "post-copy")[:1 if a.no_post_copy else 2]]
-                runs += [("pages", True)] if a.rollback and a.network == "segment" else []
-                for mode, rollback in runs:
+                routes = ("pages", "post-copy")[:1 if a.no_post_copy else 2]
+                runs = [("raw", False, True)] + [(m, False, t) for m in routes for t in tls]
+                runs += [("pages", True, tls[0])] if a.rollback and a.network == "segment" else []
+                link_s = link(lab, root, mb)
+                for mode, rollback, secure in runs:
+                    warm(a.warm_gb)
                     if mode == "raw":
                         row = raw(lab, root, mb, rnd)
+                        row.link_s = link_s
                     elif a.network == "segment":
                         row = migrated_on_segment(lab, mb, rnd, mode == "post-copy", rollback)
                     else:
-                        row = migrated(lab, mb, rnd, mode == "post-copy")
+                        row = migrated(lab, mb, rnd, mode == "post-copy", secure)
                     rows.append(row)
                     print(json.dumps(asdict(row)), flush=True)
                     if a.out:
-                        with a.out.open("a") as f:
-                            f.write(json.dumps(asdict(row)) + "\n")
+                        with a.out.open("a") as out:
+                            out.write(json.dumps(asdict(row)) + "\n")
     finally:
         for n in lab.layout.nodes:
             docker(n, "rm", "-f", "mc", check=False)

@@ -261,7 +261,7 @@ class Lab:
             "connect_timeout_seconds = 3   # is found in seconds; real networks: keep the defaults",
             "keepalive_seconds = 2", "",
             "[migration]            # lab containers are small and answer at once after a restore:",
-            "dump_timeout_seconds = 20     # a dump stalled by a partition is aborted sooner, and the source",
+            "dump_timeout_seconds = 10     # a dump stalled by a partition is aborted sooner, and the source",
             "grace_seconds = 1             # is removed sooner; real services: keep the defaults (60 and 5)", "",
         ]
         for n in lab.nodes:

@@ -19,7 +19,7 @@ from peakpack.orchestrator.domain.plan import Action
 from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.domain.records import MigrationRecord
 from peakpack.orchestrator.domain.settings import MigrationSettings
-from peakpack.orchestrator.domain.states import ActionState, MigrationState
+from peakpack.orchestrator.domain.states import ActionState, MigrationState, Step
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
@@ -135,13 +135,13 @@ async def _reconcile(ssh: SshPool, engines: EnginePool, store: Journal, m: Migra
                      ) -> tuple[MigrationState, str | None, str | None]:
     settings = inventory.migration if inventory is not None else MigrationSettings()
     steps = store.migrations.steps(m.id)
-    preflight = next((s for s in steps if s.step == "preflight" and s.state == "DONE"), None)
+    preflight = next((s for s in steps if s.step == Step.PREFLIGHT and s.state == "DONE"), None)
     facts = MigrationFacts.loads(preflight.detail) if preflight else None
     if facts is None:  # preflight never finished: nothing was changed on either node
         state = MigrationState.FAILED
         reason: str | None = f"the controller stopped during {m.state.value}, before anything changed"
     else:
-        checkpointed = any(s.step == "checkpointing" for s in steps)  # journaled before the freeze
+        checkpointed = any(s.step == Step.CHECKPOINTING for s in steps)  # journaled before the freeze
         failed_restores = sum(1 for s in steps if RESTORE_FAILED in (s.detail or ""))
         settler = Settler(ssh, engines, m.container, m.source, m.target, m.id, facts, bmc_power, settings=settings,
                           guard=store.check_fence, token=store.fencing_token or 0, failed_restores=failed_restores)
@@ -195,7 +195,7 @@ async def stale_leases(ssh: SshPool, nodes: Sequence[str]) -> list[str]:
 
 def _journal_in_doubt(store: Journal, m: MigrationRecord, reason: str | None) -> None:
     """IN_DOUBT with the reason; its plan action stays ONGOING with the same reason."""
-    store.migrations.step_finished(store.migrations.step_started(m.id, "in_doubt"), ok=False, detail=reason)
+    store.migrations.step_finished(store.migrations.step_started(m.id, Step.IN_DOUBT), ok=False, detail=reason)
     if m.action_id is not None:
         store.plans.set_action_state(m.action_id, ACTION_STATE[MigrationState.IN_DOUBT], reason)
 

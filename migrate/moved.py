@@ -25,7 +25,7 @@ from typing import Any
 from peakpack.orchestrator.domain.errors import PeakpackError
 from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.domain.settings import MigrationSettings
-from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.domain.states import MigrationState, Step
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
 from . import spec
@@ -93,7 +93,7 @@ async def tell(engines: EnginePool, store: Journal, settings: MigrationSettings,
             after = reached(d, node, addresses.get(node, ""))
             break
     doc = document(migration_id, container, source, target, state, reason, facts, after)
-    step = store.migrations.step_started(migration_id, "on_moved")
+    step = store.migrations.step_started(migration_id, Step.ON_MOVED)
     try:
         ok, said = await run_hook(settings.on_moved, doc, settings.on_moved_timeout_seconds, cwd)
     except OSError as exc:

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from peakpack.orchestrator.domain.errors import MigrationError, NodeError
+from peakpack.orchestrator.domain.errors import NodeError, TargetRefused
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EnginePool
 
@@ -58,11 +58,11 @@ def shortfall(container: str, target: str, need: Need, room: Room) -> str | None
     """Why `target` cannot take the container (one line with the fix), or None."""
     mib = 1024**2
     if need.memory + MEMORY_RESERVE > room.memory:
-        return (f"--to: {target} has {room.memory // mib} MiB of memory available; {container} needs "
+        return (f"{target} has {room.memory // mib} MiB of memory available; {container} needs "
                 f"{need.memory // mib} MiB (its limit, or what it uses) and {MEMORY_RESERVE // mib} MiB must stay "
                 "free; choose another node or free memory there")
     if need.disk + DISK_RESERVE > room.disk:
-        return (f"--to: {target} has {room.disk // mib} MiB free for docker; {container} needs {need.disk // mib} MiB "
+        return (f"{target} has {room.disk // mib} MiB free for docker; {container} needs {need.disk // mib} MiB "
                 f"(its writable layer, volumes and checkpoint) and {DISK_RESERVE // mib} MiB must stay free; choose "
                 "another node or free disk there")
     return None
@@ -86,8 +86,13 @@ def copied_folders(inspect: dict[str, Any]) -> list[str]:
 
 async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: str, target: str,
                      inspect: dict[str, Any], target_root: str) -> None:
-    """Raise MigrationError unless `target` has room for `container` (`inspect`: its inspect
-    document on the source; `target_root`: the target's docker root)."""
+    """Raise TargetRefused unless `target` has room for `container` (`inspect`: its inspect
+    document on the source; `target_root`: the target's docker root).
+
+    What the move needs of the target at its peak, the restore: the restored memory (its limit, or
+    what it uses) and, on the disk of its docker root, the writable layer, the volumes and the
+    pages the dump sent (about the memory in use). The pages pass through the target's page cache
+    on their way to and from that disk, which the kernel reclaims: memory it need not hold back."""
     folders = copied_folders(inspect)
     stats, sizes, free = await asyncio.gather(
         engines.call(source, lambda api: api.stats(container, stream=False)),
@@ -99,4 +104,4 @@ async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: 
     available, disk = parse_numbers(target, free.stdout, 2)
     why = shortfall(container, target, Need(memory, copied + in_use), Room(available, disk))
     if why is not None:
-        raise MigrationError(why)
+        raise TargetRefused(why)

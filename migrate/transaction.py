@@ -34,12 +34,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from peakpack.orchestrator.domain.errors import FencedError, MigrationError, NodeError, PeakpackError
+from peakpack.orchestrator.domain.errors import FencedError, MigrationError, NodeError, PeakpackError, TargetRefused
 from peakpack.orchestrator.domain.inputs import container_name, node_name
 from peakpack.orchestrator.domain.model import Inventory, NodeSpec
 from peakpack.orchestrator.domain.ports import Journal
 from peakpack.orchestrator.domain.settings import CRITICAL_LABEL, MigrationSettings
-from peakpack.orchestrator.domain.states import MigrationState
+from peakpack.orchestrator.domain.states import MigrationState, Step
 from peakpack.orchestrator.remote import SshPool
 from peakpack.orchestrator.remote.docker_api import EngineAPIError, EnginePool
 
@@ -88,6 +88,8 @@ class MigrationResult:
     total_ms: float | None
     #: refused by preflight: nothing was changed on either node
     refused: bool = False
+    #: what preflight refused is the target node (the command line's `--to`)
+    refused_target: bool = False
     #: what the `[migration] on_moved` hook did (None: no hook, or not settled yet)
     told: str | None = None
 
@@ -98,6 +100,20 @@ def criu_version(text: str) -> tuple[int, ...]:
         if line.startswith("Version:"):
             return tuple(int(p) for p in line.split(":", 1)[1].strip().split(".") if p.isdigit())
     return ()
+
+
+@dataclass(frozen=True)
+class Found:
+    """What preflight found, every check passed: what the steps run on (nothing is filled in later)."""
+
+    src: dict[str, Any]               # the source container's inspect document
+    src_root: str                     # each node's docker root
+    dst_root: str
+    memory_mb: float                  # the source container's resident memory (its dump's deadline)
+    post_copy: bool                   # this migration runs post-copy (the setting, and not critical)
+    moving: tuple[spec.Endpoint, ...]  # the endpoints whose addresses move with it
+    networks_to_create: tuple[dict[str, Any], ...]  # on the target, before the container
+    facts: MigrationFacts             # journaled: what settling needs later
 
 
 class Migration:
@@ -117,16 +133,11 @@ class Migration:
         self.progress = progress or (lambda _: None)
         self.t = Timings()
         self.mid = 0
-        self.src: dict[str, Any] = {}  # the source container's inspect document
-        self.facts = MigrationFacts()
+        self._found: Found | None = None  # what preflight found, once it passed
+        # what the steps make as they go
         self.target_id = ""
-        self.src_root = self.dst_root = ""
         self.dst_upper = ""
         self.dst_volume_dirs: dict[str, str] = {}
-        self.networks_to_create: list[dict[str, Any]] = []
-        self.moving: tuple[spec.Endpoint, ...] = ()  # the endpoints whose addresses move with it
-        self.memory_mb = 0.0      # the source container's resident memory (its dump's deadline)
-        self.post_copy = False    # this migration runs post-copy (the setting, and not critical)
         self.port = 0             # the page server's (post-copy: the source's lazy dump's) port
         self._dump: asyncio.Task[None] | None = None  # post-copy: the source's dump, serving pages
         #: the store's lease token this process holds: node-side steps carry it (`criu.NodeCriu`)
@@ -134,7 +145,7 @@ class Migration:
         self._renewer: asyncio.Task[None] | None = None  # keeps the node leases and holds alive
         self._fenced: FencedError | None = None  # a node refused our token: another controller leads
 
-    async def _step(self, name: str, fn: Callable[[], Awaitable[str | None]],
+    async def _step(self, name: Step, fn: Callable[[], Awaitable[str | None]],
                     nbytes: Callable[[], int | None] = lambda: None) -> None:
         if self.hook is not None:
             await self.hook(name)
@@ -152,24 +163,36 @@ class Migration:
     def _spec(self, node: str) -> NodeSpec:
         return self.inventory.node(node)
 
+    @property
+    def found(self) -> Found:
+        if self._found is None:
+            raise RuntimeError("a step of a migration ran before its preflight passed")
+        return self._found
+
+    @property
+    def facts(self) -> MigrationFacts:
+        """What settling needs (nothing was changed before preflight passed: the defaults)."""
+        return self._found.facts if self._found is not None else MigrationFacts()
+
     async def run(self) -> MigrationResult:
         for node in (self.source, self.target):
             if node not in self.inventory.nodes_by_name:
                 raise MigrationError(f"{'--from' if node == self.source else '--to'}: {node} is not in the inventory")
         if self.source == self.target:
-            raise MigrationError(f"--to: {self.container} already runs on {self.target}")
+            raise TargetRefused(f"{self.container} already runs on {self.target}")
         self.mid = self.store.migrations.begin(self.container, self.source, self.target, self.action_id)
         try:
-            await self._step("preflight", self.preflight)
+            await self._step(Step.PREFLIGHT, self.preflight)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing has changed yet
-            return self._finish(MigrationState.FAILED, _one_line(exc), refused=True)
+            return self._finish(MigrationState.FAILED, _one_line(exc), refused=True,
+                                refused_target=isinstance(exc, TargetRefused))
         failure = None
         try:
             for name, fn, nbytes in (
-                ("creating", self.create, None), ("precopy", self.precopy, lambda: self.t.precopy_bytes),
-                ("arming", self.arm, None), ("checkpointing", self.checkpoint, None),
-                ("transferring", self.transfer, lambda: self.t.bytes), ("restoring", self.restore, None),
-                ("verifying", self.verify, None),
+                (Step.CREATING, self.create, None), (Step.PRECOPY, self.precopy, lambda: self.t.precopy_bytes),
+                (Step.ARMING, self.arm, None), (Step.CHECKPOINTING, self.checkpoint, None),
+                (Step.TRANSFERRING, self.transfer, lambda: self.t.bytes), (Step.RESTORING, self.restore, None),
+                (Step.VERIFYING, self.verify, None),
             ):
                 if self.t.frozen_at is None and self.stop_requested():
                     raise MigrationError("the controller is stopping; nothing was frozen yet")
@@ -209,7 +232,7 @@ class Migration:
                           self.bmc_power, self.restore_timeout(), self.settings, guard=self.store.check_fence,
                           token=self.token)
         try:
-            sid = self.store.migrations.step_started(self.mid, "cleaning_up" if failure is None else "rollback")
+            sid = self.store.migrations.step_started(self.mid, Step.CLEANING_UP if failure is None else Step.ROLLBACK)
         except FencedError:
             raise  # another controller leads: it settles this migration from the facts; touch nothing
         except Exception:  # noqa: BLE001 - the journal failing must not keep the container frozen
@@ -223,7 +246,7 @@ class Migration:
                 self.store.migrations.step_finished(sid, ok=settled, detail=reason)
             if state is MigrationState.IN_DOUBT:
                 self.store.migrations.step_finished(
-                    self.store.migrations.step_started(self.mid, "in_doubt"), ok=False, detail=reason
+                    self.store.migrations.step_started(self.mid, Step.IN_DOUBT), ok=False, detail=reason
                 )
                 return self._result(state, reason)
             return self._finish(state, reason)
@@ -235,22 +258,23 @@ class Migration:
     # -- preflight: checks only, plus bringing the image -------------------------------------------
 
     async def preflight(self) -> str:
+        """Checks only (plus bringing the image): every way the move could fail that can be known
+        before anything changes, refused in one line. What it found is the steps' `found`."""
         src = await self.engines.inspect_container_or_none(self.source, self.container)
         if src is None or not src["State"]["Running"]:
             raise MigrationError(f"CONTAINER: {self.container} is not running on {self.source}; "
                                  "see `docker ps` there")
-        self.src = src
         on_source = await self._inspect_all(self.source)
         why = spec.immovable(on_source, self.source).get(self.container)
         if why:
             raise MigrationError(f"{self.container}: cannot be live-migrated: {why}")
         if await self.engines.inspect_container_or_none(self.target, self.container) is not None:
-            raise MigrationError(f"--to: {self.target} already has a container named {self.container}; remove it first")
+            raise TargetRefused(f"{self.target} already has a container named {self.container}; remove it first")
         on_target = [d for d in await self._inspect_all(self.target) if d["State"]["Running"]]
         clashes = spec.ports_in_use(src, on_target)
         if clashes:
-            raise MigrationError(f"--to: port {clashes[0]} is already published on {self.target}; "
-                                 "choose another node or free the port")
+            raise TargetRefused(f"port {clashes[0]} is already published on {self.target}; "
+                                "choose another node or free the port")
         infos = await asyncio.gather(
             *(self.engines.call(n, lambda api: api.info()) for n in (self.source, self.target))
         )
@@ -260,51 +284,52 @@ class Migration:
             if info.get("Driver") != "overlay2":
                 raise NodeError(node, f"docker storage driver is {info.get('Driver')}; the writable layer is "
                                       "copied only between overlay2 engines")
-        self.src_root, self.dst_root = (str(i["DockerRootDir"]) for i in infos)
-        await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, self.dst_root)
+        src_root, dst_root = (str(i["DockerRootDir"]) for i in infos)
+        await room.check_room(self.ssh, self.engines, self.container, self.source, self.target, src, dst_root)
+        pid = int(src["State"]["Pid"])
         (versions, crius), (here, there) = await asyncio.gather(
-            self._criu_facts(int(src["State"]["Pid"])),
+            self._criu_facts(pid),
             asyncio.gather(self._node_facts(self.source, ()), self._node_facts(self.target, spec.needed_paths(src))),
         )
         if versions[0] != versions[1]:
             raise MigrationError(f"CRIU {versions[0]} on {self.source} but {versions[1]} on {self.target}; "
                                  "install the same version on both")
-        self.moving = spec.moving_endpoints(src, here.networks)
-        if self.moving:
+        moving = spec.moving_endpoints(src, here.networks)
+        if moving:
             await asyncio.gather(*(self._segment_tools(n) for n in (self.source, self.target)))
         for node, facts in zip((self.source, self.target), crius):
             if (why := criu.why_not_ready(node, facts)) is not None:
                 raise MigrationError(why)
         if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
             raise MigrationError(why)
-        self.memory_mb = crius[0].memory_mb
-        route = await self._route(crius[0])
+        post_copy, route = await self._route(src, crius[0])
         route += await self._tls()
         why_not = spec.why_not_onto(src, here, there, self.target)
         if why_not is not None:
-            raise MigrationError(f"--to: {why_not}")
+            raise TargetRefused(why_not)
+        networks = []
         for name in spec.user_networks(src):
             if name not in here.networks:
                 raise NodeError(self.source, f"network {name} of {self.container} is gone")
             if name not in there.networks:
-                self.networks_to_create.append(spec.network_create_args(here.networks[name]))
-        await self._ensure_image()
-        pid = int(src["State"]["Pid"])
+                networks.append(spec.network_create_args(here.networks[name]))
+        await self._ensure_image(src)
         tcp = {p: spec.probe_addresses(src, (p,)) for p in spec.published_ports(src) if p.endswith("/tcp")}
-        listening = await self._listening(pid)
-        answered = await self.src_criu.answering(
+        listening = await self._listening(pid, moving)
+        answered = await criu.NodeCriu(self.ssh, self.source, src_root, self.mid, self.token).answering(
             pid, sorted({a for addresses in tcp.values() for a in addresses} | set(listening)))
         clients = spec.clients(src, here.networks)
-        self.facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
-                                    volumes=tuple(v.name for v in spec.volumes(src)),
-                                    summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}, "
-                                            f"clients: {clients.says(self.target)}",
-                                    answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered),
-                                    clients=clients.value, moving=tuple(e.to_json() for e in self.moving),
-                                    listening=tuple(a for a in listening if a in answered),
-                                    before=moved.reached(src, self.source, self._spec(self.source).address),
-                                    nonce=secrets.token_hex(4))
-        return self.facts.dumps()  # journaled before anything changes: settling may need it
+        facts = MigrationFacts(restart_policy=dict(src["HostConfig"].get("RestartPolicy") or NO_RESTART),
+                               volumes=tuple(v.name for v in spec.volumes(src)),
+                               summary=f"criu {versions[0]}, image {src['Config']['Image']}, {route}, "
+                                       f"clients: {clients.says(self.target)}",
+                               answering=tuple(p for p, a in tcp.items() if a and set(a) <= answered),
+                               clients=clients.value, moving=tuple(e.to_json() for e in moving),
+                               listening=tuple(a for a in listening if a in answered),
+                               before=moved.reached(src, self.source, self._spec(self.source).address),
+                               nonce=secrets.token_hex(4))
+        self._found = Found(src, src_root, dst_root, crius[0].memory_mb, post_copy, moving, tuple(networks), facts)
+        return facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _tls(self) -> str:
         """Both nodes ready for TLS page streams (`tls.ensure`: a certificate of this cluster's CA,
@@ -324,9 +349,9 @@ class Migration:
             raise NodeError(node, f"{', '.join(missing) or 'a shell'} missing, which moving {self.container}'s "
                                   "address needs; install python3 (>= 3.9) and iproute2 there")
 
-    async def _listening(self, pid: int) -> list[str]:
+    async def _listening(self, pid: int, moving: Sequence[spec.Endpoint]) -> list[str]:
         """'ADDRESS:PORT' where the container listens for TCP at its moving IPv4 addresses."""
-        addresses = [e.ipv4 for e in self.moving if e.ipv4]
+        addresses = [e.ipv4 for e in moving if e.ipv4]
         if not addresses:
             return []
         res = await self.ssh.run(self.source, ["nsenter", "-t", str(pid), "-n", "ss", "-Hltn"], timeout=30)
@@ -354,22 +379,21 @@ class Migration:
         facts = await self.ssh.run(node, criu.script("preflight", *([pid] if pid else [])), timeout=60)
         return ".".join(map(str, version)), criu.parse_preflight(node, facts.stdout)
 
-    async def _route(self, source: criu.Preflight) -> str:
+    async def _route(self, src: spec.Inspect, source: criu.Preflight) -> tuple[bool, str]:
         """Post-copy when the setting says so, the container is not labelled critical and both nodes
         can (the source may grow its pipes, the target's kernel has userfaultfd); else pages to the
-        target before the restore. Returns what the journal records."""
+        target before the restore. Returns (post-copy, what the journal records)."""
         if not self.settings.post_copy:
-            return "pages to the target"
-        if spec.labels(self.src).get(CRITICAL_LABEL, "").lower() == "true":
-            return f"pages to the target (post-copy is never used for {CRITICAL_LABEL}=true)"
+            return False, "pages to the target"
+        if spec.labels(src).get(CRITICAL_LABEL, "").lower() == "true":
+            return False, f"pages to the target (post-copy is never used for {CRITICAL_LABEL}=true)"
         if (why := criu.why_not_post_copy(self.source, source)) is not None:
             raise MigrationError(why)
         check = await self.ssh.run(self.target, ["criu", "check", "--feature", "uffd-noncoop"], check=False)
         if not check.ok:
             raise NodeError(self.target, "its kernel lacks userfaultfd (`criu check --feature uffd-noncoop` "
                                          "fails), which post-copy needs; turn [migration] post_copy off")
-        self.post_copy = True
-        return "post-copy"
+        return True, "post-copy"
 
     async def _node_facts(self, node: str, paths: Sequence[str]) -> spec.NodeFacts:
         """The facts `spec.why_not_onto` judges, read as the observer reads them."""
@@ -378,12 +402,12 @@ class Migration:
     async def _volume_or_none(self, node: str, name: str) -> dict[str, Any] | None:
         return await self.engines.call_or_none(node, lambda api: api.inspect_volume(name))
 
-    async def _ensure_image(self) -> None:
+    async def _ensure_image(self, src: spec.Inspect) -> None:
         """The target must hold the very image the source runs (same ID) under the name the
         container was created with: pulled by digest when the target reaches a registry, else
         streamed by ID from the source's engine (the source's tag may point elsewhere by now, e.g.
         after another migration brought a different build of the same name), then tagged."""
-        ref, want = self.src["Config"]["Image"], self.src["Image"]
+        ref, want = src["Config"]["Image"], src["Image"]
 
         async def image_id(name: str) -> str | None:
             got = await self.engines.call_or_none(self.target, lambda api: api.inspect_image(name))
@@ -401,13 +425,13 @@ class Migration:
             try:
                 await stream_image(self.ssh, self.source, want, self._spec(self.target))
             except PeakpackError as exc:
-                raise MigrationError(f"--to: {self.target} lacks image {ref} and it could not be brought from "
+                raise TargetRefused(f"{self.target} lacks image {ref} and it could not be brought from "
                                      f"{self.source} ({_one_line(exc)}); load it there first") from None
         tag = spec.repository_tag(ref)
         if tag is not None and await image_id(ref) != want:
             await self.engines.call(self.target, lambda api: api.tag(want, tag[0], tag[1], force=True))
         if await image_id(ref) != want:
-            raise MigrationError(f"--to: image {ref} on {self.target} is not the one {self.container} runs "
+            raise TargetRefused(f"image {ref} on {self.target} is not the one {self.container} runs "
                                  f"({want[:19]}); load the same image there")
 
     # -- the transaction ------------------------------------------------------------------------
@@ -437,17 +461,17 @@ class Migration:
         "no" until the migration ends (the operator's policy is set when it is settled)."""
         await self._renew()
         self._renewer = asyncio.ensure_future(self._keep_leases())
-        for args in self.networks_to_create:
+        for args in self.found.networks_to_create:
             await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
         volume_dirs: dict[str, str] = {}
-        for v in spec.volumes(self.src):
+        for v in spec.volumes(self.found.src):
             theirs = await self._volume_or_none(self.source, v.name) or {}
             await self.engines.call(self.target, lambda api, name=v.name, t=theirs: api.create_volume(
                 name, driver="local", driver_opts=t.get("Options") or None, labels=t.get("Labels") or None))
             volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
         self.dst_volume_dirs = volume_dirs
-        body, more_networks = spec.create_body(self.src, source_address=self._spec(self.source).address,
-                                               target_address=self._spec(self.target).address, keep=self.moving)
+        body, more_networks = spec.create_body(self.found.src, source_address=self._spec(self.source).address,
+                                               target_address=self._spec(self.target).address, keep=self.found.moving)
         body["HostConfig"]["RestartPolicy"] = dict(NO_RESTART)
         made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
         self.target_id = str(made["Id"])
@@ -463,8 +487,8 @@ class Migration:
     def _copies(self) -> list[tuple[str, str]]:
         """(source folder, target folder) pairs of the container's files: its writable layer and
         every volume."""
-        pairs = [(str(self.src["GraphDriver"]["Data"]["UpperDir"]) + "/", self.dst_upper + "/")]
-        for m in self.src.get("Mounts") or ():
+        pairs = [(str(self.found.src["GraphDriver"]["Data"]["UpperDir"]) + "/", self.dst_upper + "/")]
+        for m in self.found.src.get("Mounts") or ():
             if m.get("Type") == "volume":
                 pairs.append((str(m["Source"]) + "/", self.dst_volume_dirs[m["Name"]] + "/"))
         return pairs
@@ -483,11 +507,11 @@ class Migration:
 
     @property
     def src_checkpoint(self) -> str:
-        return checkpoint_path(self.src_root, str(self.src["Id"]), self.mid)
+        return checkpoint_path(self.found.src_root, str(self.found.src["Id"]), self.mid)
 
     @property
     def dst_checkpoint(self) -> str:
-        return checkpoint_path(self.dst_root, self.target_id, self.mid)
+        return checkpoint_path(self.found.dst_root, self.target_id, self.mid)
 
     @property
     def key(self) -> str:
@@ -496,21 +520,21 @@ class Migration:
 
     @property
     def src_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.source, self.src_root, self.mid, self.token, self.key)
+        return criu.NodeCriu(self.ssh, self.source, self.found.src_root, self.mid, self.token, self.key)
 
     @property
     def dst_criu(self) -> criu.NodeCriu:
-        return criu.NodeCriu(self.ssh, self.target, self.dst_root, self.mid, self.token, self.key)
+        return criu.NodeCriu(self.ssh, self.target, self.found.dst_root, self.mid, self.token, self.key)
 
     @property
     def src_segment(self) -> segment.NodeSegment:
-        return segment.NodeSegment(self.ssh, self.source, self.src_root, self.mid, self.token, self.key)
+        return segment.NodeSegment(self.ssh, self.source, self.found.src_root, self.mid, self.token, self.key)
 
     @property
     def _sockets(self) -> str:
         """The source's sockets of this migration's page transfer (`ss` filter): its connection to
         the target's page server, or, post-copy, its lazy dump's listener and connection."""
-        return f"sport = :{self.port}" if self.post_copy else f"dport = :{self.port}"
+        return f"sport = :{self.port}" if self.found.post_copy else f"dport = :{self.port}"
 
     async def arm(self) -> str:
         """Before the freeze, both nodes locked and their runc.conf blocks written: the target's
@@ -523,9 +547,9 @@ class Migration:
                                                                                    restart_policy=NO_RESTART))
         src, dst, s = self.src_criu, self.dst_criu, self.settings
         source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
-        await asyncio.gather(self._renew(), src.make("dump"), dst.make("images"))
+        await asyncio.gather(self._renew(), src.make("dump"), src.make("work"), dst.make("images"))
         secure = list(tls.CRIU_OPTIONS) if s.tls else []
-        if self.post_copy:
+        if self.found.post_copy:
             self.port = s.page_server_port + self.mid % s.page_server_ports
             source_lines = ["lazy-pages", f"address {source_address}", *secure]
             target_lines = [f"work-dir {dst.dir}/images", "lazy-pages"]
@@ -535,10 +559,11 @@ class Migration:
             source_lines, target_lines = ["page-server", f"address {target_address}", *secure], []
         tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
-            src.arm("source", [f"images-dir {src.dir}/dump", *source_lines, f"port {self.port}", "leave-stopped",
+            src.arm("source", [f"images-dir {src.dir}/dump", f"work-dir {src.dir}/work", *source_lines,
+                               f"port {self.port}", "leave-stopped",
                                "network-lock iptables", *tcp]),
             dst.arm("target", [f"images-dir {dst.dir}/images", *target_lines, *tcp]))
-        return f"{'post-copy from' if self.post_copy else 'page server on'} port {self.port}"
+        return f"{'post-copy from' if self.found.post_copy else 'page server on'} port {self.port}"
 
     async def checkpoint(self) -> str:
         """FREEZE: the dump, left stopped on the source (Docker still calls it running). Pages go to
@@ -549,9 +574,9 @@ class Migration:
         t0 = time.monotonic()
         self.t.frozen_at = t0
         # the SDK has no checkpoint verb; the node's docker CLI calls the engine's endpoint
-        dump = self.src_criu.checkpoint(self.container, str(self.src["Id"]), checkpoint_name(self.mid), deadline,
+        dump = self.src_criu.checkpoint(self.container, str(self.found.src["Id"]), checkpoint_name(self.mid), deadline,
                                         self._sockets)
-        if self.post_copy:
+        if self.found.post_copy:
             self._dump = asyncio.ensure_future(dump)
             while not self._dump.done() and not await self.src_criu.listening(self.port):
                 await asyncio.sleep(0.02)
@@ -560,11 +585,11 @@ class Migration:
                 raise MigrationError(f"{self.container}: the lazy dump on {self.source} ended before serving pages")
             # CRIU itself switches a source whose page transfer fails back to alive, while the target
             # may run from the pages it has: frozen, the source runs no more until settling says so
-            await self.src_criu.freeze(int(self.src["State"]["Pid"]))
+            await self.src_criu.freeze(int(self.found.src["State"]["Pid"]))
         else:
             await dump
         self.t.checkpoint_ms = (time.monotonic() - t0) * 1000
-        return "ready to serve its pages" if self.post_copy else "dumped and stopped"
+        return "ready to serve its pages" if self.found.post_copy else "dumped and stopped"
 
     async def transfer(self) -> str:
         """While frozen: the dump's metadata and Docker's descriptors.json into the target's images
@@ -573,16 +598,16 @@ class Migration:
         lazy-pages daemon starts instead)."""
         t0 = time.monotonic()
         src = self.src_criu
-        if self.post_copy:
-            descriptors = f"{await src.image_path(str(self.src['Id']))}/descriptors.json"
+        if self.found.post_copy:
+            descriptors = f"{await src.image_path(str(self.found.src['Id']))}/descriptors.json"
         else:
             descriptors = f"{self.src_checkpoint}/descriptors.json"
         payload, _ = await asyncio.gather(src.send(descriptors), self._links_down())
-        done_with_source = [] if self.post_copy else [src.strip()]  # post-copy: it serves pages still
+        done_with_source = [] if self.found.post_copy else [src.strip()]  # post-copy: it serves pages still
         copied, *_ = await asyncio.gather(self._copy_all(self._copies()),
                                           self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
         self.t.bytes = copied + len(payload) * 3 // 4
-        if self.post_copy:
+        if self.found.post_copy:
             await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port, self._dump_deadline(),
                                            tls.criu_args() if self.settings.tls else ())
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
@@ -591,17 +616,17 @@ class Migration:
     async def _links_down(self) -> None:
         """The dumped source's interfaces that hold the moving addresses down (`segment`): its
         kernel must not answer ARP for them and pull the traffic back while the target runs."""
-        if self.moving:
-            await self.src_segment.down(int(self.src["State"]["Pid"]), self.facts.moving_addresses)
+        if self.found.moving:
+            await self.src_segment.down(int(self.found.src["State"]["Pid"]), self.facts.moving_addresses)
 
     def _dump_deadline(self) -> float:
         """Seconds the dump (post-copy: the page transfer) may run before it is aborted on the node:
         the setting's, within the longest a checkpoint step may take (`CHECKPOINT_TIMEOUT_S`)."""
-        return min(self.settings.dump_deadline_s(self.memory_mb), CHECKPOINT_TIMEOUT_S - 60)
+        return min(self.settings.dump_deadline_s(self.found.memory_mb), CHECKPOINT_TIMEOUT_S - 60)
 
     def restore_timeout(self) -> float:
         """CRIU restores at ~25 MB/s here or faster; allow 5 MB/s plus a minute before calling it stuck."""
-        return 60.0 + self.memory_mb / 5
+        return 60.0 + (self._found.memory_mb if self._found is not None else 0.0) / 5
 
     async def restore(self) -> None:
         """UNFREEZE: the target restored from the images its runc.conf block points CRIU at; then
@@ -611,10 +636,10 @@ class Migration:
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
-        if self.moving:  # at once: switches and neighbours still deliver to the source
+        if self.found.moving:  # at once: switches and neighbours still deliver to the source
             got = await self.engines.inspect_container_or_none(self.target, self.container)
             if got is not None and got["State"]["Running"]:
-                there = segment.NodeSegment(self.ssh, self.target, self.dst_root, self.mid, self.token, self.key)
+                there = segment.NodeSegment(self.ssh, self.target, self.found.dst_root, self.mid, self.token, self.key)
                 await there.announce(int(got["State"]["Pid"]), self.facts.moving_addresses)
         await self.dst_criu.strip()
 
@@ -636,7 +661,7 @@ class Migration:
         if got is None or not got["State"]["Running"]:
             raise MigrationError(f"{self.container}: restored on {self.target} but not running")
         there = {e.network: e for e in spec.endpoints(got)}
-        for e in self.moving:
+        for e in self.found.moving:
             if e.addresses != there.get(e.network, spec.Endpoint(e.network, "", "", "")).addresses:
                 raise MigrationError(f"{self.container}: restored on {self.target} without its address "
                                      f"{e.addresses[0]} on {e.network}")
@@ -657,18 +682,20 @@ class Migration:
         except (Exception, asyncio.CancelledError):  # noqa: BLE001 - settling judges the source from its facts
             self._dump.cancel()
 
-    def _finish(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
-        result = self._result(state, reason, refused)
+    def _finish(self, state: MigrationState, reason: str | None, refused: bool = False,
+                refused_target: bool = False) -> MigrationResult:
+        result = self._result(state, reason, refused, refused_target)
         self.store.migrations.finish(
             self.mid, state, reason, checkpoint_ms=self.t.checkpoint_ms, transfer_ms=self.t.transfer_ms,
             restore_ms=self.t.restore_ms, frozen_ms=self.t.frozen_ms, total_ms=self.t.total_ms, bytes=self.t.bytes,
         )
         return result
 
-    def _result(self, state: MigrationState, reason: str | None, refused: bool = False) -> MigrationResult:
+    def _result(self, state: MigrationState, reason: str | None, refused: bool = False,
+                refused_target: bool = False) -> MigrationResult:
         self.t.total_ms = (time.monotonic() - self.t.started) * 1000
         return MigrationResult(self.mid, self.container, self.source, self.target, state, reason,
-                               self.t.frozen_ms, self.t.total_ms, refused)
+                               self.t.frozen_ms, self.t.total_ms, refused, refused_target=refused_target)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from peakpack.orchestrator.domain.records import (
     MigrationRecord,
     StepRecord,
 )
-from peakpack.orchestrator.domain.states import TERMINAL_MIGRATION_STATES, MigrationState
+from peakpack.orchestrator.domain.states import TERMINAL_MIGRATION_STATES, MigrationState, Step
 
 from ..base import Repo, now
 from ..schema import (
@@ -33,15 +33,16 @@ class MigrationRepo(Repo):
             s.flush()
             return row.id
 
-    def step_started(self, migration_id: int, step: str) -> int:
+    def step_started(self, migration_id: int, step: Step) -> int:
         """Journal a step before it runs; the migration's state names the step in flight."""
         with self._write() as s:
             mig = s.get(MigrationRow, migration_id)
             if mig is None:
                 raise StoreError(f"migration {migration_id}: no such migration")
-            if step.upper() in MigrationState.__members__:
-                mig.state = MigrationState[step.upper()].value
-            row = MigrationStepRow(migration_id=migration_id, step=step, state="STARTED", started_at=now())
+            if (state := Step(step).state) is not None:
+                mig.state = state.value
+            row = MigrationStepRow(migration_id=migration_id, step=Step(step).value, state="STARTED",
+                                   started_at=now())
             s.add(row)
             s.flush()
             return row.id

@@ -50,6 +50,10 @@ class MigrationError(PeakpackError):
     pass
 
 
+class TargetRefused(MigrationError):
+    """Preflight refuses the target node (nothing changed); the command line names it `--to`."""
+
+
 class PowerError(PeakpackError):
     pass
 

@@ -49,7 +49,7 @@ from .records import (
     TrafficRecord,
 )
 from .savings import SavingRecord
-from .states import ActionState, MigrationState, PlanStatus
+from .states import ActionState, MigrationState, PlanStatus, Step
 
 
 class NodeOps(Protocol):
@@ -194,7 +194,7 @@ class PlanRepo(Protocol):
 class MigrationRepo(Protocol):
     def begin(self, container: str, source: str, target: str, action_id: int | None = None) -> int: ...
 
-    def step_started(self, migration_id: int, step: str) -> int:
+    def step_started(self, migration_id: int, step: Step) -> int:
         """Journal a step before it runs; the migration's state names the step in flight."""
         ...
 

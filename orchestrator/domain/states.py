@@ -37,6 +37,35 @@ class MigrationState(StrEnum):
         return self in TERMINAL_MIGRATION_STATES
 
 
+class Step(StrEnum):
+    """The steps a migration journals (`migrations.steps`), in the order they run; those that move it
+    on name the state it is in meanwhile (`state`)."""
+
+    PREFLIGHT = "preflight"
+    CREATING = "creating"
+    PRECOPY = "precopy"
+    ARMING = "arming"
+    CHECKPOINTING = "checkpointing"  # journaled before the freeze: a migration with it was frozen
+    TRANSFERRING = "transferring"
+    RESTORING = "restoring"
+    VERIFYING = "verifying"
+    CLEANING_UP = "cleaning_up"      # settling after every step went through
+    ROLLBACK = "rollback"            # settling after a step failed
+    IN_DOUBT = "in_doubt"            # settling could not end it: a fact that matters is unknown
+    ON_MOVED = "on_moved"            # the operator's hook ran (`[migration] on_moved`)
+
+    @property
+    def state(self) -> MigrationState | None:
+        """The migration's state while this step runs (None: the step does not change it)."""
+        return _STEP_STATES.get(self)
+
+
+_STEP_STATES = {Step.PREFLIGHT: MigrationState.PREFLIGHT, Step.CREATING: MigrationState.CREATING,
+                Step.PRECOPY: MigrationState.PRECOPY, Step.ARMING: MigrationState.ARMING,
+                Step.CHECKPOINTING: MigrationState.CHECKPOINTING, Step.TRANSFERRING: MigrationState.TRANSFERRING,
+                Step.RESTORING: MigrationState.RESTORING, Step.VERIFYING: MigrationState.VERIFYING,
+                Step.CLEANING_UP: MigrationState.CLEANING_UP, Step.IN_DOUBT: MigrationState.IN_DOUBT}
+
 TERMINAL_MIGRATION_STATES = frozenset(
     {MigrationState.SUCCEEDED, MigrationState.FAILED, MigrationState.ROLLED_BACK,
      MigrationState.ROLLBACK_FAILED}

@@ -67,7 +67,8 @@ def migrate(
                                           progress=lambda step: status.update(f"{container}: {step}"),
                                           bmc_power=power_probe(inv), stop_requested=stop).run())
     if result.refused:  # preflight said no: nothing changed on either node
-        raise PeakpackError(result.reason or f"{container}: refused")
+        reason = result.reason or f"{container}: refused"
+        raise PeakpackError(f"--to: {reason}" if result.refused_target else reason)
     if result.told:
         err.print(result.told, markup=False, highlight=False)
     if json_out:

@@ -43,7 +43,7 @@ def test_the_copied_folders_are_the_layer_and_the_volumes() -> None:
 ])
 def test_a_target_without_room_is_refused_with_the_fix(need: Need, room: Room, why: str | None) -> None:
     got = shortfall("web-1", "node-2", need, room)
-    assert (got is None) if why is None else (why in got and got.startswith("--to: node-2 ") and "choose" in got)
+    assert (got is None) if why is None else (why in got and got.startswith("node-2 ") and "choose" in got)
 
 
 def test_garbage_from_a_node_is_its_error() -> None:
