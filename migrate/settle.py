@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from operator import methodcaller
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import FencedError, NodeError, PeakpackError
@@ -436,8 +437,8 @@ class Settler:
         """This migration's volumes on `node`: created there by it (target) or copied away (source);
         preflight made sure no other container shares them."""
         for name in self.facts.volumes:
-            if await self.engines.call_or_none(node, lambda api, n=name: api.inspect_volume(n)) is not None:
-                await self.engines.call(node, lambda api, n=name: api.remove_volume(n, force=True))
+            if await self.engines.call_or_none(node, methodcaller("inspect_volume", name)) is not None:
+                await self.engines.call(node, methodcaller("remove_volume", name, force=True))
 
 
 def _copy(d: dict[str, Any], facts: Facts) -> Copy:

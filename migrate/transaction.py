@@ -32,6 +32,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import methodcaller
 from typing import Any
 
 from peakpack.orchestrator.domain.errors import FencedError, MigrationError, NodeError, PeakpackError, TargetRefused
@@ -297,8 +298,8 @@ class Migration:
         moving = spec.moving_endpoints(src, here.networks)
         if moving:
             await asyncio.gather(*(self._segment_tools(n) for n in (self.source, self.target)))
-        for node, facts in zip((self.source, self.target), crius):
-            if (why := criu.why_not_ready(node, facts)) is not None:
+        for node, ready in zip((self.source, self.target), crius):
+            if (why := criu.why_not_ready(node, ready)) is not None:
                 raise MigrationError(why)
         if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
             raise MigrationError(why)
@@ -417,7 +418,7 @@ class Migration:
             digests = (await self.engines.call(self.source, lambda api: api.inspect_image(want))).get("RepoDigests")
             for digest in digests or ():
                 try:
-                    await self.engines.call(self.target, lambda api, d=digest: api.pull(d), timeout=PULL_TIMEOUT_S)
+                    await self.engines.call(self.target, methodcaller("pull", digest), timeout=PULL_TIMEOUT_S)
                     break
                 except (EngineAPIError, PeakpackError):
                     continue
@@ -462,12 +463,13 @@ class Migration:
         await self._renew()
         self._renewer = asyncio.ensure_future(self._keep_leases())
         for args in self.found.networks_to_create:
-            await self.engines.call(self.target, lambda api, a=args: api.create_network(**a))
+            await self.engines.call(self.target, methodcaller("create_network", **args))
         volume_dirs: dict[str, str] = {}
         for v in spec.volumes(self.found.src):
             theirs = await self._volume_or_none(self.source, v.name) or {}
-            await self.engines.call(self.target, lambda api, name=v.name, t=theirs: api.create_volume(
-                name, driver="local", driver_opts=t.get("Options") or None, labels=t.get("Labels") or None))
+            await self.engines.call(self.target, methodcaller(
+                "create_volume", v.name, driver="local", driver_opts=theirs.get("Options") or None,
+                labels=theirs.get("Labels") or None))
             volume_dirs[v.name] = str((await self._volume_or_none(self.target, v.name) or {})["Mountpoint"])
         self.dst_volume_dirs = volume_dirs
         body, more_networks = spec.create_body(self.found.src, source_address=self._spec(self.source).address,
@@ -476,10 +478,11 @@ class Migration:
         made = await self.engines.call(self.target, lambda api: api.create_container_from_config(body, self.container))
         self.target_id = str(made["Id"])
         for net, endpoint in more_networks.items():
-            await self.engines.call(self.target, lambda api, n=net, e=endpoint: api.connect_container_to_network(
-                self.target_id, n, aliases=e.get("Aliases"), links=e.get("Links"),
-                ipv4_address=(e.get("IPAMConfig") or {}).get("IPv4Address"),
-                ipv6_address=(e.get("IPAMConfig") or {}).get("IPv6Address"), driver_opt=e.get("DriverOpts")))
+            ipam = endpoint.get("IPAMConfig") or {}
+            await self.engines.call(self.target, methodcaller(
+                "connect_container_to_network", self.target_id, net, aliases=endpoint.get("Aliases"),
+                links=endpoint.get("Links"), ipv4_address=ipam.get("IPv4Address"),
+                ipv6_address=ipam.get("IPv6Address"), driver_opt=endpoint.get("DriverOpts")))
         made_inspect = await self.engines.call(self.target, lambda api: api.inspect_container(self.target_id))
         self.dst_upper = str(made_inspect["GraphDriver"]["Data"]["UpperDir"])
         return self.target_id[:12]
@@ -604,9 +607,9 @@ class Migration:
             descriptors = f"{self.src_checkpoint}/descriptors.json"
         payload, _ = await asyncio.gather(src.send(descriptors), self._links_down())
         done_with_source = [] if self.found.post_copy else [src.strip()]  # post-copy: it serves pages still
-        copied, *_ = await asyncio.gather(self._copy_all(self._copies()),
-                                          self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
-        self.t.bytes = copied + len(payload) * 3 // 4
+        copying = asyncio.ensure_future(self._copy_all(self._copies()))
+        await asyncio.gather(copying, self.dst_criu.receive(payload, self.dst_checkpoint), *done_with_source)
+        self.t.bytes = copying.result() + len(payload) * 3 // 4
         if self.found.post_copy:
             await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port, self._dump_deadline(),
                                            tls.criu_args() if self.settings.tls else ())

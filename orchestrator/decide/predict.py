@@ -143,9 +143,9 @@ def predict(inventory: Inventory, snapshot: ClusterSnapshot, plan: Plan, setting
         else:
             out.append(ActionPrediction(saved_w * horizon, saved_w))
     loads, on = node_loads(state.containers), state.powered()
-    after = {spec.name: (spec.power.at(loads.get(spec.name, NodeLoad()).cpu / spec.cpus), spec.power.idle_w)
-             for spec in inventory.nodes if spec.name in on}
-    return Prediction(horizon, tuple(out), model, after)
+    nodes_after = {spec.name: (spec.power.at(loads.get(spec.name, NodeLoad()).cpu / spec.cpus), spec.power.idle_w)
+                   for spec in inventory.nodes if spec.name in on}
+    return Prediction(horizon, tuple(out), model, nodes_after)
 
 
 class NodeEnergy(Protocol):
