@@ -10,6 +10,7 @@ from sqlalchemy import func, select, update
 
 from peakpack.orchestrator.domain.errors import StoreError
 from peakpack.orchestrator.domain.records import (
+    FrozenSample,
     MigrationRecord,
     StepRecord,
 )
@@ -105,10 +106,11 @@ class MigrationRepo(Repo):
                 for r in s.scalars(q)
             ]
 
-    def frozen_history(self, limit: int = 200) -> list[tuple[float, float]]:
-        """(memory MB, frozen ms) of the newest SUCCEEDED migrations that a plan journaled: the
-        container's memory as its plan's snapshot saw it, the frame a prediction starts from."""
-        q = (select(MigrationRow.container, MigrationRow.frozen_ms, ActionRow.plan_id)
+    def frozen_history(self, limit: int = 200) -> list[FrozenSample]:
+        """The newest SUCCEEDED migrations that a plan journaled, with the node pair each crossed:
+        the container's memory as its plan's snapshot saw it, the frame a prediction starts from."""
+        q = (select(MigrationRow.container, MigrationRow.source, MigrationRow.target, MigrationRow.frozen_ms,
+                    ActionRow.plan_id)
              .join(ActionRow, ActionRow.id == MigrationRow.action_id)
              .where(MigrationRow.state == MigrationState.SUCCEEDED.value, MigrationRow.frozen_ms.is_not(None))
              .order_by(MigrationRow.id.desc()).limit(limit))
@@ -118,7 +120,7 @@ class MigrationRepo(Repo):
             for plan_id in {r.plan_id for r in rows}:
                 snap = json.loads(s.scalar(select(PlanRow.snapshot_json).where(PlanRow.id == plan_id)) or "{}")
                 memory[plan_id] = {c["name"]: float(c["memory_mb"]) for c in snap.get("containers", [])}
-        return [(memory[r.plan_id][r.container], float(r.frozen_ms)) for r in rows
+        return [FrozenSample(r.source, r.target, memory[r.plan_id][r.container], float(r.frozen_ms)) for r in rows
                 if r.container in memory[r.plan_id]]
 
 

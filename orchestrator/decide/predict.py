@@ -7,18 +7,20 @@ power it causes (the nodes' power curves at their loads, as `cluster_metrics` co
 (before - after) x horizon - migration energy.
 
 Frozen time of each migration: a least-squares line of frozen ms over the container's memory MB,
-fitted to the SUCCEEDED migrations in the store, or, until there are `MIN_FIT_POINTS` of them, the
-line measured on the lab for the default route, pages straight to the target (docs/migration.md,
-"Measured": memcached with 256 MB / 1 GB / 2 GB of items froze 2.24-2.31 / 3.20-4.17 / 9.39-9.94
-s). A store that still holds migrations of the route before (Docker's own checkpoint path, about
-ten times slower) fits them too until newer ones push them out of its window. Pure: data in, data
-out.
+fitted per node pair (source -> target) to the SUCCEEDED migrations in the store once that pair
+has `MIN_FIT_POINTS` of them: machines of one kind freeze the same gigabyte 3.7 s on one and
+9-14 s on another (docs/migration.md, "Where the freeze's seconds go"), so a cluster's moves
+cost what its own links and nodes made them cost. A pair with fewer migrations takes the line
+fitted to the whole cluster's, and a cluster with fewer than `MIN_FIT_POINTS` the line measured on
+the lab for the default route, pages straight to the target (docs/migration.md, "Measured":
+memcached with 256 MB / 1 GB / 2 GB of items froze 2.24-2.31 / 3.20-4.17 / 9.39-9.94 s). Each
+prediction names which of the three it came from. Pure: data in, data out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..domain.model import MEASURED_SOURCES, ClusterSnapshot, Inventory, NodeLoad, cluster_metrics, node_loads
 from ..domain.plan import ActionKind, Plan, apply_action
+from ..domain.records import FrozenSample
 from ..domain.settings import PlannerSettings
 
 #: frozen ms = DEFAULT_FROZEN_MS + DEFAULT_FROZEN_MS_PER_MB x memory MB until the store has a fit:
@@ -39,7 +42,8 @@ MIN_FIT_POINTS = 3
 
 @dataclass(frozen=True)
 class FrozenModel:
-    """frozen ms = intercept + slope x memory MB; `source` is "fit" or "default"."""
+    """frozen ms = intercept + slope x memory MB; `source` is "pair" (fitted to one node pair's
+    migrations), "fit" (to the whole cluster's) or "default" (the lab's line)."""
 
     intercept_ms: float
     ms_per_mb: float
@@ -49,20 +53,58 @@ class FrozenModel:
     def at(self, memory_mb: float) -> float:
         return max(0.0, self.intercept_ms + self.ms_per_mb * memory_mb)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"intercept_ms": round(self.intercept_ms, 1), "ms_per_mb": round(self.ms_per_mb, 3),
+                "points": self.points, "source": self.source}
 
-def frozen_model(history: Sequence[tuple[float, float]]) -> FrozenModel:
+
+DEFAULT_MODEL = FrozenModel(DEFAULT_FROZEN_MS, DEFAULT_FROZEN_MS_PER_MB, "default")
+
+
+def frozen_model(history: Sequence[tuple[float, float]], *, flat_slope: float = DEFAULT_FROZEN_MS_PER_MB,
+                 source: str = "fit") -> FrozenModel:
     """Fit frozen ms to memory MB over `history` ((memory MB, frozen ms) of SUCCEEDED
     migrations); the lab's default until there are MIN_FIT_POINTS. When every point has the same
-    memory size the slope cannot be fitted: the default's slope through their mean."""
+    memory size the slope cannot be fitted: `flat_slope` through their mean."""
     if len(history) < MIN_FIT_POINTS:
-        return FrozenModel(DEFAULT_FROZEN_MS, DEFAULT_FROZEN_MS_PER_MB, "default", len(history))
+        return replace(DEFAULT_MODEL, points=len(history))
     mem = np.array([m for m, _ in history], dtype=float)
     ms = np.array([f for _, f in history], dtype=float)
     if np.ptp(mem) < 1e-9:
-        slope = DEFAULT_FROZEN_MS_PER_MB
-        return FrozenModel(float(ms.mean() - slope * mem.mean()), slope, "fit", len(history))
+        return FrozenModel(float(ms.mean() - flat_slope * mem.mean()), flat_slope, source, len(history))
     slope, intercept = np.polyfit(mem, ms, 1)
-    return FrozenModel(float(intercept), float(slope), "fit", len(history))
+    return FrozenModel(float(intercept), float(slope), source, len(history))
+
+
+@dataclass(frozen=True)
+class FrozenFits:
+    """The frozen-time lines of a cluster: one per node pair that has enough migrations of its
+    own, the cluster's line for every other pair (`frozen_fits`)."""
+
+    cluster: FrozenModel = DEFAULT_MODEL
+    pairs: Mapping[tuple[str, str], FrozenModel] = field(default_factory=dict)
+
+    def model(self, source: str, target: str) -> FrozenModel:
+        return self.pairs.get((source, target), self.cluster)
+
+    def at(self, source: str, target: str, memory_mb: float) -> float:
+        return self.model(source, target).at(memory_mb)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster.to_json(),
+                "pairs": {f"{a}->{b}": m.to_json() for (a, b), m in sorted(self.pairs.items())}}
+
+
+def frozen_fits(history: Sequence[FrozenSample]) -> FrozenFits:
+    """Per node pair (source -> target, as the move goes: the target's memory and the source's
+    dump differ by direction) the line through that pair's migrations, once it has
+    MIN_FIT_POINTS; the cluster's line through all of them for the rest."""
+    cluster = frozen_model([(h.memory_mb, h.frozen_ms) for h in history])
+    by_pair: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for h in history:
+        by_pair.setdefault((h.source, h.target), []).append((h.memory_mb, h.frozen_ms))
+    return FrozenFits(cluster, {pair: frozen_model(points, flat_slope=cluster.ms_per_mb, source="pair")
+                                for pair, points in by_pair.items() if len(points) >= MIN_FIT_POINTS})
 
 
 def migration_energy_j(settings: PlannerSettings, memory_mb: float) -> float:
@@ -76,12 +118,15 @@ class ActionPrediction:
     power_saved_w: float
     migration_j: float = 0.0
     frozen_ms: float | None = None
+    #: which line the frozen time came from: "pair", "fit" or "default" (`FrozenModel.source`)
+    frozen_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"energy_saved_j": round(self.energy_saved_j, 1),
                              "power_saved_w": round(self.power_saved_w, 3)}
         if self.frozen_ms is not None:
-            d.update(migration_j=round(self.migration_j, 1), frozen_ms=round(self.frozen_ms, 1))
+            d.update(migration_j=round(self.migration_j, 1), frozen_ms=round(self.frozen_ms, 1),
+                     frozen_source=self.frozen_source)
         return d
 
 
@@ -91,7 +136,7 @@ class Prediction:
 
     horizon_s: float
     actions: tuple[ActionPrediction, ...]
-    frozen: FrozenModel
+    frozen: FrozenFits
     #: each node the plan leaves on -> (its curve's power at its load after the plan, the curve's
     #: idle power): what the ledger sets against each node's energy rows
     nodes_after: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -104,6 +149,13 @@ class Prediction:
     def frozen_ms(self) -> float:
         return sum(a.frozen_ms or 0.0 for a in self.actions)
 
+    @property
+    def frozen_source(self) -> str:
+        """The lines the migrations' frozen times came from ("pair", "fit", "default", or several
+        joined by "+"); the cluster's own when the plan migrates nothing."""
+        used = sorted({a.frozen_source for a in self.actions if a.frozen_source})
+        return "+".join(used) or self.frozen.cluster.source
+
     def to_json(self) -> dict[str, Any]:
         """The plan's total (`plans.prediction_json`, `peakpack plan --json` "prediction")."""
         return {
@@ -112,9 +164,9 @@ class Prediction:
             "power_saved_w": round(sum(a.power_saved_w for a in self.actions), 3),
             "migration_j": round(sum(a.migration_j for a in self.actions), 1),
             "frozen_ms": round(self.frozen_ms, 1),
-            "frozen_source": self.frozen.source,
-            "frozen_fit": {"intercept_ms": round(self.frozen.intercept_ms, 1),
-                           "ms_per_mb": round(self.frozen.ms_per_mb, 3), "points": self.frozen.points},
+            "frozen_source": self.frozen_source,
+            "frozen_fit": self.frozen.cluster.to_json(),
+            "frozen_pairs": self.frozen.to_json()["pairs"],
             "source": "model",
             "nodes_after": {n: {"power_w": round(w, 3), "idle_w": round(idle, 3)}
                             for n, (w, idle) in sorted(self.nodes_after.items())},
@@ -122,10 +174,10 @@ class Prediction:
 
 
 def predict(inventory: Inventory, snapshot: ClusterSnapshot, plan: Plan, settings: PlannerSettings,
-            frozen_history: Sequence[tuple[float, float]]) -> Prediction:
+            frozen_history: Sequence[FrozenSample]) -> Prediction:
     """Predict `plan`'s energy saved over the forecast horizon and each migration's frozen time."""
     horizon = settings.forecast.window_seconds
-    model = frozen_model(frozen_history)
+    fits = frozen_fits(frozen_history)
     memory = {c.name: c.memory_mb for c in snapshot.containers}
     state = snapshot
     power = cluster_metrics(inventory, state).power_w
@@ -136,16 +188,17 @@ def predict(inventory: Inventory, snapshot: ClusterSnapshot, plan: Plan, setting
         saved_w = power - after
         power = after
         if action.kind is ActionKind.MIGRATE:
-            assert action.container is not None
+            assert action.container is not None and action.source is not None and action.target is not None
             mb = memory[action.container]
             cost = migration_energy_j(settings, mb)
-            out.append(ActionPrediction(saved_w * horizon - cost, saved_w, cost, model.at(mb)))
+            model = fits.model(action.source, action.target)
+            out.append(ActionPrediction(saved_w * horizon - cost, saved_w, cost, model.at(mb), model.source))
         else:
             out.append(ActionPrediction(saved_w * horizon, saved_w))
     loads, on = node_loads(state.containers), state.powered()
     nodes_after = {spec.name: (spec.power.at(loads.get(spec.name, NodeLoad()).cpu / spec.cpus), spec.power.idle_w)
                    for spec in inventory.nodes if spec.name in on}
-    return Prediction(horizon, tuple(out), model, nodes_after)
+    return Prediction(horizon, tuple(out), fits, nodes_after)
 
 
 class NodeEnergy(Protocol):
@@ -214,5 +267,5 @@ def check_prediction(applied_at: datetime, prediction: dict[str, Any] | None, en
     return out
 
 
-__all__ = ["ActionPrediction", "FrozenModel", "NodeEnergy", "Prediction", "check_prediction", "frozen_model",
-           "migration_energy_j", "predict", "predicted_row_j"]
+__all__ = ["DEFAULT_MODEL", "ActionPrediction", "FrozenFits", "FrozenModel", "NodeEnergy", "Prediction",
+           "check_prediction", "frozen_fits", "frozen_model", "migration_energy_j", "predict", "predicted_row_j"]

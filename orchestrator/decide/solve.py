@@ -16,7 +16,7 @@ from .planner.build import build_plan
 from .planner.problem import Placement, PlacementProblem, Policy, Weights
 from .planner.registry import get_policy
 from .planner.rules import Remembered, restrained_eligibility, restrained_inventory, restraints
-from .predict import frozen_model
+from .predict import frozen_fits
 from .pressure import with_lowered_caps
 
 DEFAULT_POLICY = "peakpack"
@@ -118,7 +118,7 @@ def make_plan(
         pinned=held_back.pinned,
         keep_power=held_back.keep_power,
         traffic=traffic or {},
-        frozen=frozen_model(facts.frozen_history),
+        frozen=frozen_fits(facts.frozen_history),
         lowered_caps={n: c.why for n, c in facts.lowered.items()},
     )
     problem, placement = _solve_without_port_clashes(solver, problem)

@@ -37,6 +37,7 @@ from .records import (
     DemandRecord,
     EnergyRow,
     EnergySample,
+    FrozenSample,
     LeaseRecord,
     MigrationRecord,
     PlanRecord,
@@ -209,7 +210,7 @@ class MigrationRepo(Protocol):
     def unfinished(self) -> list[MigrationRecord]: ...
     def moved_since(self, since: datetime) -> dict[str, datetime]: ...
     def steps(self, migration_id: int) -> list[StepRecord]: ...
-    def frozen_history(self, limit: int = 200) -> list[tuple[float, float]]: ...
+    def frozen_history(self, limit: int = 200) -> list[FrozenSample]: ...
 
 
 class PinningRepo(Protocol):

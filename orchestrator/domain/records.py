@@ -92,6 +92,17 @@ class MigrationRecord(JsonRecord):
 
 
 @dataclass(frozen=True)
+class FrozenSample:
+    """One SUCCEEDED migration as the frozen-time fit reads it: the node pair it crossed, the
+    container's memory as its plan's snapshot saw it, and the frozen ms it measured."""
+
+    source: str
+    target: str
+    memory_mb: float
+    frozen_ms: float
+
+
+@dataclass(frozen=True)
 class StepRecord(JsonRecord):
     id: int
     migration_id: int

@@ -14,7 +14,7 @@ from ...domain.budgets import Allowance
 from ...domain.model import ClusterSnapshot, Inventory
 from ...domain.plan import SolverReport
 from ...domain.settings import PlannerSettings
-from ..predict import FrozenModel, frozen_model
+from ..predict import FrozenFits
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ class PlacementProblem:
     #: forecast bytes per second between two containers (both directions), by unordered pair of
     #: names (`decide.traffic.edge`); each pair on two nodes costs `Weights.traffic_w_per_mbps`
     traffic: Mapping[tuple[str, str], float] = field(default_factory=dict)
-    #: what a migration freezes a container for, by its memory (`predict.frozen_model`)
-    frozen: FrozenModel = field(default_factory=lambda: frozen_model(()))
+    #: what a migration freezes a container for, by node pair and memory (`predict.frozen_fits`)
+    frozen: FrozenFits = field(default_factory=FrozenFits)
     #: nodes that plan under a lower cap (their `NodeSpec.cap`) -> why (`decide/pressure.lowered_caps`)
     lowered_caps: Mapping[str, str] = field(default_factory=dict)
 

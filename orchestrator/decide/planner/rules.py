@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from ...domain.capacity import over_cap_nodes
 from ...domain.model import ClusterSnapshot, Inventory, NodeSpec
+from ...domain.records import FrozenSample
 from ...domain.settings import PlannerSettings
 from ..pressure import LoweredCap
 
@@ -31,9 +32,9 @@ class Remembered:
     woken_at: Mapping[str, datetime] = field(default_factory=dict)  # last successful power-on
     quarantined: Mapping[str, str] = field(default_factory=dict)  # node -> why
     moved_at: Mapping[str, datetime] = field(default_factory=dict)  # container -> last migration
-    #: (memory MB, frozen ms) of recent SUCCEEDED migrations: what a migration's frozen time is
-    #: predicted from (`predict.frozen_model`)
-    frozen_history: tuple[tuple[float, float], ...] = ()
+    #: recent SUCCEEDED migrations, their node pair, memory and frozen ms: what a migration's
+    #: frozen time is predicted from (`predict.frozen_fits`)
+    frozen_history: tuple[FrozenSample, ...] = ()
     #: nodes whose latency-sensitive containers stalled: their lower cap and why (`decide/pressure.py`)
     lowered: Mapping[str, LoweredCap] = field(default_factory=dict)
     #: containers a node's QoS guard stopped, to be started there again -> that node

@@ -26,6 +26,7 @@ from peakpack.orchestrator.domain.records import (
     DemandRecord,
     EnergyRow,
     EnergySample,
+    FrozenSample,
     PeerKind,
     PressureRecord,
     QosEventRecord,
@@ -100,6 +101,25 @@ def test_migration_journal_steps_and_terminal_states(store: Store) -> None:
     assert (s.step, s.state, s.detail) == ("checkpointing", "FAILED", "criu dump failed")
     with pytest.raises(ValueError):
         store.migrations.finish(mid, MigrationState.RESTORING)
+
+
+def test_frozen_history_gives_each_succeeded_planned_move_its_pair_and_planned_memory(store: Store) -> None:
+    inv = demo_inventory()
+    snap = demo_snapshot(inv)
+    plan = make_plan(inv, snap, policy="peakpack", time_limit_s=5)
+    plan_id = store.plans.save(plan, inventory="demo", snapshot=snap)
+    moves = [a for a in store.plans.actions(plan_id=plan_id) if a.kind == "migrate"]
+    assert len(moves) >= 2
+    memory = {c.name: c.memory_mb for c in snap.containers}
+    for i, a in enumerate(moves[:2]):
+        mid = store.migrations.begin(a.container, a.source, a.target, action_id=a.id)
+        state = MigrationState.SUCCEEDED if i == 0 else MigrationState.ROLLED_BACK
+        store.migrations.finish(mid, state, None, frozen_ms=1234.0 + i)
+    store.migrations.finish(store.migrations.begin("by-hand", "node-1", "node-2"), MigrationState.SUCCEEDED, None,
+                            frozen_ms=99.0)  # a manual move: no plan, so no memory the plan saw
+    first = moves[0]
+    assert store.migrations.frozen_history() == [
+        FrozenSample(first.source, first.target, memory[first.container], 1234.0)]
 
 
 def test_power_events_quarantine_and_idle(store: Store) -> None:

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from peakpack.orchestrator.act.epoch import final_status
-from peakpack.orchestrator.decide.predict import DEFAULT_FROZEN_MS, MIN_FIT_POINTS, frozen_model, predict
 from peakpack.orchestrator.decide.review import inventory_digest, review_plan
 from peakpack.orchestrator.domain.model import (
     ClusterConfig,
@@ -18,10 +17,8 @@ from peakpack.orchestrator.domain.model import (
     Inventory,
     NodeState,
     PowerCurve,
-    cluster_metrics,
 )
-from peakpack.orchestrator.domain.plan import Action, Plan, SolverReport
-from peakpack.orchestrator.domain.settings import ForecastSettings, PlannerSettings
+from peakpack.orchestrator.domain.plan import Action
 from peakpack.orchestrator.domain.states import ActionState, PlanStatus
 from tests.support.build import node_spec
 
@@ -141,34 +138,3 @@ def test_the_digest_tells_inventories_apart_and_ignores_the_file_path() -> None:
 ])
 def test_final_status(states: list[ActionState], status: PlanStatus) -> None:
     assert final_status(dict(enumerate(states))) is status
-
-
-# -- predictions --------------------------------------------------------------------------------
-
-def test_frozen_time_is_the_default_until_three_migrations_then_a_fit() -> None:
-    few = [(100.0, 5000.0)] * (MIN_FIT_POINTS - 1)
-    assert frozen_model(few).source == "default"
-    assert frozen_model(few).at(0) == DEFAULT_FROZEN_MS
-    fit = frozen_model([(100.0, 3000.0), (200.0, 5000.0), (300.0, 7000.0)])
-    assert fit.source == "fit"
-    assert fit.at(400.0) == pytest.approx(9000.0)
-    same = frozen_model([(100.0, 3000.0), (100.0, 5000.0), (100.0, 4000.0)])
-    assert same.source == "fit" and same.at(100.0) == pytest.approx(4000.0)
-
-
-def test_predicted_savings_add_up_to_before_minus_after_less_migrations() -> None:
-    inv, snap = inventory(), snapshot()
-    settings = PlannerSettings(migration_j=1000.0, migration_j_per_gb=0.0,
-                               forecast=ForecastSettings(window_seconds=3600.0))
-    before = cluster_metrics(inv, snap)
-    after = cluster_metrics(inv, snap.with_changes(moves={"a": "n2", "b": "n2"}, power={"n1": False}))
-    plan = Plan("peakpack", DRAIN, before, after, SolverReport("OPTIMAL", 0, 0, 0))
-    p = predict(inv, snap, plan, settings, [])
-    assert p.energy_saved_j == pytest.approx((before.power_w - after.power_w) * 3600 - 2 * 1000)
-    # n1 switched off saves its idle 100 W for the hour; the moves shift load between equal curves
-    assert p.actions[2].energy_saved_j == pytest.approx(100 * 3600)
-    # 1000 MB each, the lab's line for pages sent straight to the target: 0.53 s + 4.22 ms per MB
-    assert [a.frozen_ms for a in p.actions] == [pytest.approx(4750.0)] * 2 + [None]
-    doc = p.to_json()
-    assert doc["frozen_source"] == "default" and doc["horizon_s"] == 3600.0
-    assert doc["frozen_ms"] == pytest.approx(2 * 4750.0)

@@ -8,9 +8,10 @@ from pathlib import Path
 from peakpack.db.store import Store
 from peakpack.orchestrator.decide.planner.build import build_plan
 from peakpack.orchestrator.decide.planner.registry import get_policy
-from peakpack.orchestrator.decide.predict import frozen_model
+from peakpack.orchestrator.decide.predict import FrozenFits, frozen_fits
 from peakpack.orchestrator.domain.budgets import Allowance
 from peakpack.orchestrator.domain.model import Container
+from peakpack.orchestrator.domain.records import FrozenSample
 from tests.support.synthetic import node, problem_from
 
 
@@ -36,16 +37,34 @@ def test_a_move_names_the_node_it_empties_and_the_watts_saved() -> None:
         assert "W (power model" in why[a.container]
     stays = [c for c in why if c not in {a.container for a in plan.migrations}]
     assert stays and all("not worth its migration cost" in why[c] for c in stays)
-    frozen = frozen_model(()).at(512) / 1000  # the default line until the store has migrations
+    frozen = FrozenFits().cluster.at(512) / 1000  # the default line until the store has migrations
     assert all(f"frozen about {frozen:.1f} s" in why[c] for c in stays)
+    assert all(why[a.container].endswith(f"frozen about {frozen:.1f} s (the lab's line until the store has 3 moves)")
+               for a in plan.migrations)
 
 
 def test_not_worth_names_the_frozen_time_the_stores_migrations_predict() -> None:
     *_, problem = explained()
-    fitted = replace(problem, frozen=frozen_model([(100.0, 1000.0), (200.0, 2000.0), (300.0, 3000.0)]))
+    history = [FrozenSample("w9", "w8", mb, 10.0 * mb) for mb in (100.0, 200.0, 300.0)]
+    fitted = replace(problem, frozen=frozen_fits(history))
     plan = build_plan(fitted, get_policy("peakpack").solve(fitted), "peakpack")
     stays = [c for c in plan.explanations if c not in {a.container for a in plan.migrations}]
     assert stays and all("frozen about 5.1 s" in plan.explanations[c] for c in stays)  # 10 ms per MB x 512 MB
+
+
+def test_a_move_names_its_pairs_frozen_time_and_a_stay_the_range_over_its_targets() -> None:
+    plan, why, problem = explained()
+    a = plan.migrations[0]
+    assert a.source and a.target
+    stay = next(c for c in problem.snapshot.containers if "not worth" in why[c.name])
+    other = next(n for n in ("w0", "w1", "w2", "w3") if n != stay.node)
+    slow = [FrozenSample(x, y, mb, 20.0 * mb) for x, y in ((a.source, a.target), (stay.node, other))
+            for mb in (100.0, 200.0, 300.0)]
+    fitted = replace(problem, frozen=frozen_fits(slow + [FrozenSample("w9", "w8", 100.0, 100.0)]))
+    why = build_plan(fitted, get_policy("peakpack").solve(fitted), "peakpack").explanations
+    assert why[a.container].endswith(f"frozen about 10.2 s (fit to 3 moves {a.source} -> {a.target})")  # 20 ms/MB
+    low, high = sorted((fitted.frozen.cluster.at(512) / 1000, 10.24))  # the other targets take the cluster's line
+    assert f"frozen about {low:.1f}-{high:.1f} s by target" in why[stay.name]
 
 
 def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
@@ -55,7 +74,8 @@ def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
     plan, why, _ = explained(Allowance(consolidate=False, power_offs=0, consolidate_why="window mon 08:00-18:00"),
                           hot=6.0)
     assert all(why[a.container].endswith(f"over its 70% CPU cap or its memory cap; its clients must reconnect at "
-                                         f"{a.target}'s address") for a in plan.migrations)
+                                         f"{a.target}'s address; frozen about 2.7 s (the lab's line until the store "
+                                         "has 3 moves)") for a in plan.migrations)
     assert "maintenance window mon 08:00-18:00" in why["c1-0"]
 
 
