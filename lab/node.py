@@ -296,7 +296,12 @@ def run_boot_scripts(node: NodeLayout) -> None:
 
 
 def start_node(node: NodeLayout) -> None:
-    """Power on: the BMC reports "on" at once, the node's services come up after (it boots)."""
+    """Power on: the BMC reports "on" at once, the node's services come up after (it boots). A
+    power-off still under way (its dockerd stopping) finishes first: a node boots from off."""
+    try:
+        wait_for(lambda: not netns_pids(node), 60, "")
+    except LabError:
+        kill_all(netns_pids(node))
     node.power_file.write_text("on\n")
     lab = LabLayout.load(node.dir.parents[1])  # the lab's folder holds its nodes' folders
     if lab is not None:
@@ -309,8 +314,13 @@ def start_node(node: NodeLayout) -> None:
 
 
 def stop_node(node: NodeLayout) -> None:
-    """Power loss: containers die first (nothing checkpoints them), then the node's daemons."""
+    """Power loss: the node stops answering at once (its sshd dies first, as its link would go
+    down), its containers die (nothing checkpoints them), then its dockerd, which may take a while
+    to notice containerd is gone."""
     node.power_file.write_text("off\n")
+    sshd = read_pid(node.pidfile("sshd"))
+    if sshd:
+        kill_all({sshd})
     kill_all(cgroup_pids(node))
     dockerd = read_pid(node.pidfile("dockerd"))
     if dockerd:

@@ -8,9 +8,11 @@ executing it); each epoch's value is the CPU-time-weighted mean of the rows endi
 interval counts for what it lasted.
 
 History is a container's by name, whatever node its rows were on: it follows a container across
-a migration or a restart, as the simulator's VMs keep theirs (its load moved with it). Only the
-interval with the move or restart has no delta (a new cgroup); a `peakpack.cpu` label is used
-only by a container with no history in the window.
+a migration or a restart, as the simulator's VMs keep theirs (its load moved with it). The
+interval with the move or restart has no delta (a new cgroup, its counter started over), so the
+first reading after it counts from the container's start on its new node (`cores_since_start`:
+the counter over the time since the restore or restart); a `peakpack.cpu` label is used only by
+a container with no history in the window.
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ def cores_between(previous: DemandRow | None, node: str, cpu_time_ns: int | None
     if seconds <= 0 or cpu_time_ns < previous.cpu_time_ns:
         return None
     return (cpu_time_ns - previous.cpu_time_ns) / 1e9 / seconds, seconds
+
+
+def cores_since_start(cpu_time_ns: int | None, started_at: datetime | None,
+                      at: datetime) -> tuple[float, float] | None:
+    """(cores, seconds) since the container started (its cgroup is new then, so its counter
+    started at zero), or None without a counter or a start before `at` (a clock skewed between
+    the node and the head node leaves it out rather than dividing by a guess)."""
+    if cpu_time_ns is None or started_at is None:
+        return None
+    seconds = (at - started_at).total_seconds()
+    if seconds <= 0:
+        return None
+    return cpu_time_ns / 1e9 / seconds, seconds
 
 
 def measured_cores(rows: Iterable[DemandRow], node: str, since: datetime) -> dict[str, float]:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from peakpack.migrate import spec
 
-from ..decide.demand import COUNTER, SAMPLE, cores_between
+from ..decide.demand import COUNTER, SAMPLE, cores_between, cores_since_start
 from ..domain import inputs
 from ..domain.errors import HostKeyError, NodeError, PeakpackError
 from ..domain.model import ClusterSnapshot, Container, ContainerClass, Inventory, NodeState
@@ -82,13 +82,15 @@ sample; sleep 1; sample
 @dataclass(frozen=True)
 class Usage:
     """One container's cgroup counters as read now: CPU time (ns; None if unreadable), memory in
-    use, and the cores it used over the script's one-second sample (None without two readings)."""
+    use, the cores it used over the script's one-second sample (None without two readings), and
+    when it started on this node (its inspect document's State.StartedAt; a restore counts)."""
 
     container: str
     node: str
     cpu_time_ns: int | None
     memory_mb: float
     sample_cores: float | None
+    started_at: datetime | None = None
 
 
 def parse_usage(node: str, text: str) -> dict[str, Usage]:
@@ -117,6 +119,16 @@ def parse_usage(node: str, text: str) -> dict[str, Usage]:
             cores = (cpu_ns - before) / 1e9 / (t1 - t0)
         result[name] = Usage(name, node, cpu_ns, memory_mb, cores)
     return result
+
+
+def started_at(doc: spec.Inspect | None) -> datetime | None:
+    """When the container last started (State.StartedAt, nanoseconds cut to microseconds), or None
+    when the document has no usable time."""
+    try:
+        t = datetime.fromisoformat(str((doc or {})["State"]["StartedAt"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return t if t.tzinfo is not None and t.year > 1 else None
 
 
 def parse_inspect(node: str, inspect_json: str) -> list[spec.Inspect]:
@@ -217,10 +229,11 @@ async def observe_node(ssh: SshPool, node: str, bmc_power: PowerProbe, address: 
         if failed is not None:
             raise failed
         inspect, used, facts, *conntrack = [a for a in answers if not isinstance(a, BaseException)]
-        usage = parse_usage(node, used.stdout)
         items = parse_inspect(node, inspect.stdout)
-        containers = containers_of(node, items, usage)
         running = {spec.name_of(d): d for d in items if d["State"]["Running"]}
+        usage = {name: replace(u, started_at=started_at(running.get(name)))
+                 for name, u in parse_usage(node, used.stdout).items()}
+        containers = containers_of(node, items, usage)
         traffic = (node_traffic(node, address, running.values(), conntrack[0].stdout)
                    if conntrack and address is not None else None)
         return NodeView(NodeState(node, powered=True), containers, usage=usage,
@@ -375,7 +388,10 @@ def demand_records(usage: Sequence[Usage], previous: Mapping[str, DemandRecord],
     per-container energy."""
     rows = []
     for u in usage:
-        delta = cores_between(previous.get(u.container), u.node, u.cpu_time_ns, at)
+        before = previous.get(u.container)
+        delta = cores_between(before, u.node, u.cpu_time_ns, at)
+        if delta is None and before is not None:  # moved or restarted since: a new cgroup
+            delta = cores_since_start(u.cpu_time_ns, u.started_at, at)
         cpu, interval, source = (delta[0], delta[1], COUNTER) if delta else (u.sample_cores, None, SAMPLE)
         rows.append(DemandRecord(at=at, container=u.container, node=u.node, interval_s=interval, cpu=cpu,
                                  cpu_time_ns=u.cpu_time_ns, memory_mb=u.memory_mb, source=source))

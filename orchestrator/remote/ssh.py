@@ -136,7 +136,10 @@ def _text(data: object) -> str:
 
 
 def _short(command: str) -> str:
-    return command if len(command) <= 80 else command[:77] + "..."
+    """The command on one line (a script's newlines would cut the one-line error short), at most 80
+    characters."""
+    line = " ".join(command.split())
+    return line if len(line) <= 80 else line[:77] + "..."
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -1,4 +1,4 @@
-"""Updating a node's QoS guard on the real lab: a guard.py cut short on the node (what a copy
+"""Updating a node's QoS guard on the real lab: a guard.pyz cut short on the node (what a copy
 whose connection dropped left before the sha256 check: `cat` ends as at the end of its input, and
 the part that arrived replaced the file) cannot report; the next observation treats it as
 outdated and installs it whole, and a copy cut short now is refused on the node, leaving the
@@ -6,6 +6,7 @@ guard there as it was. The guard is installed on node-3 only and removed afterwa
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from peakpack.qos import report as guard_report
 
 pytestmark = pytest.mark.integration
 NODE = "node-3"
-GUARD = '"$PEAKPACK_QOS_DIR/guard.py"'
+GUARD = '"$PEAKPACK_QOS_DIR/guard.pyz"'
 
 
 @pytest.fixture()
@@ -48,7 +49,7 @@ def on_node(lab: Lab) -> str:
 def test_a_guard_cut_short_on_its_node_is_installed_whole_at_the_next_observation(guarded: Lab,
                                                                                   tmp_path: Path) -> None:
     lab = guarded
-    whole = hashlib.sha256(deploy.guard_source().encode()).hexdigest()
+    whole = hashlib.sha256(guard_report.guard_archive()).hexdigest()
     assert on_node(lab) == whole
     cut = lab.exec(NODE, ["sh", "-c", f"head -c 3000 {GUARD} > /tmp/g.part && mv -f /tmp/g.part {GUARD}"])
     assert cut.returncode == 0 and on_node(lab) != whole, cut.stderr
@@ -75,8 +76,8 @@ def test_a_guard_cut_short_on_its_node_is_installed_whole_at_the_next_observatio
         assert report.outdated(inv.node(NODE), inv.qos.guard) is None  # runs, this build, these settings
 
         # a copy cut short now: refused on the node, the guard there stays whole
-        source = deploy.guard_source()
-        refused = shell.run(NODE, ["sh", "-c", deploy.COPY, "sh", "guard.py", deploy.sha256(source)],
-                            input=source[:3000], check=False)
+        archive = guard_report.guard_archive()
+        refused = shell.run(NODE, ["sh", "-c", deploy.COPY, "sh", guard_report.ARCHIVE, guard_report.sha256(archive)],
+                            input=base64.b64encode(archive[:3000]).decode(), check=False)
         assert refused.exit_status == 1 and "arrived incomplete" in refused.stderr, refused
         assert on_node(lab) == whole

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from peakpack.lab import Lab
 from peakpack.lab.image import LAB_IMAGE
-from peakpack.qos.guard import parse_cpus
+from peakpack.qos.guard.parse import parse_cpus
+from peakpack.qos.report import ARCHIVE
 
 CGROUP = Path("/sys/fs/cgroup")
 #: busybox httpd forks a child per request: each request needs the CPU at once, so it waits when
@@ -185,7 +186,7 @@ def wait_for(predicate, seconds: float, step: float = 0.5) -> bool:  # type: ign
 
 
 def guard_command(lab: Lab, node: str, command: str) -> None:
-    """`guard.py start|stop` on the node, as its boot hook or an operator runs it."""
+    """`guard.pyz start|stop` on the node, as its boot hook or an operator runs it."""
     d = lab.node(node).qos_dir
-    proc = lab.exec(node, ["python3", f"{d}/guard.py", command, "--state-dir", str(d)])
+    proc = lab.exec(node, ["python3", f"{d}/{ARCHIVE}", command, "--state-dir", str(d)])
     assert proc.returncode == 0, proc.stderr
