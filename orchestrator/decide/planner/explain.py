@@ -18,7 +18,8 @@ Pure: the problem and the plan in, {container: line} out. Reasons, first that ap
 A moving container's line ends with what its clients see (`Clients.says`): connections kept, or
 reconnect to the same address, or at the target node's, and how long it is predicted to be
 frozen, from this node pair's own migrations where the store has enough of them
-(`predict.frozen_fits`: "frozen about 3.1 s (fit to 7 moves node-1 -> node-2)"); a container not
+(`predict.frozen_fits`: "frozen ~3.1 s (fit to 7 moves node-1 -> node-2)", "(cluster fit, 5
+moves)" or "(lab default)" until the store has 3); a container not
 worth moving names the frozen time its moves would cost, over the nodes it may go to.
 
 A container on a node that plans under a lowered cap (its latency-sensitive containers stalled,
@@ -33,7 +34,7 @@ from collections.abc import Mapping
 from ...domain.capacity import node_cap, node_capacity, over_cap_nodes, within
 from ...domain.model import ClusterSnapshot, Container, Inventory, node_loads
 from ...domain.plan import ActionKind, Plan
-from ..predict import MIN_FIT_POINTS, FrozenModel
+from ..predict import FrozenModel
 from .graph import MB
 from .problem import PlacementProblem
 
@@ -169,15 +170,15 @@ def _frozen(problem: PlacementProblem, c: Container, route: list[str]) -> str:
     models = [problem.frozen.model(a, b) for a, b in hops]
     seconds = sum(m.at(c.memory_mb) for m in models) / 1000
     lines = ", ".join(_fitted(m, a, b) for m, (a, b) in zip(models, hops, strict=True))
-    return f"frozen about {seconds:.1f} s ({lines})"
+    return f"frozen ~{seconds:.1f} s ({lines})"
 
 
 def _fitted(model: FrozenModel, source: str, target: str) -> str:
     if model.source == "pair":
         return f"fit to {model.points} moves {source} -> {target}"
     if model.source == "fit":
-        return f"fit to the cluster's {model.points} moves"
-    return f"the lab's line until the store has {MIN_FIT_POINTS} moves"
+        return f"cluster fit, {model.points} moves"
+    return "lab default"
 
 
 def _draws(inv: Inventory, snap: ClusterSnapshot) -> dict[str, float]:
