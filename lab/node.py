@@ -297,11 +297,13 @@ def run_boot_scripts(node: NodeLayout) -> None:
 
 def start_node(node: NodeLayout) -> None:
     """Power on: the BMC reports "on" at once, the node's services come up after (it boots). A
-    power-off still under way (its dockerd stopping) finishes first: a node boots from off."""
-    try:
-        wait_for(lambda: not netns_pids(node), 60, "")
-    except LabError:
-        kill_all(netns_pids(node))
+    power-off still under way (its dockerd stopping) finishes first: a node boots from off. On a
+    node that is on, it starts what is not running (its daemons check)."""
+    if not powered(node):
+        try:
+            wait_for(lambda: not netns_pids(node), 60, "")
+        except LabError:
+            kill_all(netns_pids(node))
     node.power_file.write_text("on\n")
     lab = LabLayout.load(node.dir.parents[1])  # the lab's folder holds its nodes' folders
     if lab is not None:
