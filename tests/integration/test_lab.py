@@ -20,6 +20,7 @@ from peakpack.lab import Fault, Lab
 from peakpack.lab.lab import CRIU_RUNC_CONF, ensure_criu_config
 from peakpack.lab.node import LabError, cgroup_pids
 from peakpack.orchestrator.domain.config import load_inventory
+from peakpack.power.ipmi import ipmitool_argv
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +37,8 @@ def ipmitool(lab: Lab, node: str, *command: str) -> str:
     inv = load_inventory(lab.inventory_path)
     bmc = inv.node(node).bmc
     assert bmc is not None
-    proc = subprocess.run(["ipmitool", "-I", "lanplus", "-C", str(bmc.cipher_suite), "-H", bmc.address,
-                           "-p", str(bmc.port), "-U", bmc.username, "-f", str(bmc.password_file), *command],
-                          capture_output=True, text=True, timeout=60)
+    # the product's own argv: its per-request timeout and retries (a loaded lab's BMC answers late)
+    proc = subprocess.run(ipmitool_argv(bmc, *command), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
