@@ -90,9 +90,9 @@ class FrozenFits:
     def at(self, source: str, target: str, memory_mb: float) -> float:
         return self.model(source, target).at(memory_mb)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"cluster": self.cluster.to_json(),
-                "pairs": {f"{a}->{b}": m.to_json() for (a, b), m in sorted(self.pairs.items())}}
+    def pairs_json(self) -> dict[str, Any]:
+        """{"source->target": the pair's line} (`plan --json` "frozen_pairs")."""
+        return {f"{a}->{b}": m.to_json() for (a, b), m in sorted(self.pairs.items())}
 
 
 def frozen_fits(history: Sequence[FrozenSample]) -> FrozenFits:
@@ -166,7 +166,7 @@ class Prediction:
             "frozen_ms": round(self.frozen_ms, 1),
             "frozen_source": self.frozen_source,
             "frozen_fit": self.frozen.cluster.to_json(),
-            "frozen_pairs": self.frozen.to_json()["pairs"],
+            "frozen_pairs": self.frozen.pairs_json(),
             "source": "model",
             "nodes_after": {n: {"power_w": round(w, 3), "idle_w": round(idle, 3)}
                             for n, (w, idle) in sorted(self.nodes_after.items())},
