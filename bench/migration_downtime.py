@@ -4,7 +4,7 @@ filled with N MB of items, migrated node-1 -> node-2 by `Migration` (what `peakp
 while a client writes throughout, reconnecting to whichever node answers.
 
     .venv/bin/python bench/migration_downtime.py [--sizes 256,1024,2048] [--rounds 1] [--dir DIR]
-                                                 [--no-post-copy] [--out FILE.jsonl]
+                                                 [--routes pages,post-copy] [--out FILE.jsonl]
                                                  [--network ports|segment] [--rollback]
 
 For every size and round, in the same run, one after another:
@@ -534,7 +534,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,1024,2048")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--dir", type=Path, help="use the lab running there (else a 2-node lab is brought up)")
-    ap.add_argument("--no-post-copy", action="store_true")
+    ap.add_argument("--routes", default="pages,post-copy",
+                    help="the migration routes to time, comma-separated: pages (the default route), post-copy")
     ap.add_argument("--out", type=Path, help="also write every measurement as a JSON line here")
     ap.add_argument("--network", choices=("ports", "segment"), default="ports",
                     help="ports: a published port, a client reconnecting to either node; segment: the lab's "
@@ -557,7 +558,7 @@ def main() -> None:
         memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
-                routes = ("pages", "post-copy")[:1 if a.no_post_copy else 2]
+                routes = [r for r in ("pages", "post-copy") if r in a.routes.split(",")]
                 runs = [("raw", False, True)] + [(m, False, t) for m in routes for t in tls]
                 runs += [("pages", True, tls[0])] if a.rollback and a.network == "segment" else []
                 link_s = link(lab, root, mb)

@@ -10,8 +10,14 @@
 #   build-criu.sh --check-only  exit 0 if `criu` on PATH is >= 4.2, `criu check` passes and
 #                               it can dump a process holding a listening TCP socket
 #
-# The build is cached in /var/cache/peakpack/criu-VERSION/criu, so a second run only re-checks
-# (under a second). The forky/sid deb-src entry lives only in a private apt configuration under
+# The upstream tarball is patched with scripts/criu-patches/*.patch (fixes to the page streams
+# peakpack drives; each patch says what it fixes and what it measured) and built with the patch
+# set's id as its GitID (`criu --version`: "GitID: peakpack-<sha256 of the patches>"), so a binary
+# without these patches, or with another set, is not taken for this one. A node whose CRIU is
+# another build still migrates; docs/migration.md says what the patches change.
+#
+# The build is cached in /var/cache/peakpack/criu-VERSION-PATCHID/criu, so a second run only
+# re-checks (under a second). The forky/sid deb-src entry lives only in a private apt configuration under
 # the cache: the system's sources, lists and package caches are not touched.
 set -euo pipefail
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -27,6 +33,12 @@ BUILD_DEPS=(
 )
 
 log() { echo "build-criu.sh: $*" >&2; }
+
+PATCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/criu-patches
+PATCH_ID=peakpack-$(cat "$PATCH_DIR"/*.patch | sha256sum | cut -c1-12)
+
+# "GitID: peakpack-0123abcd4567" -> peakpack-0123abcd4567 (empty for a build without one)
+criu_gitid() { "$1" --version 2>/dev/null | sed -n 's/^GitID: *//p' | head -1; }
 
 # "Version: 4.2.1" -> 4.2.1
 criu_version() { "$1" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -1; }
@@ -91,6 +103,10 @@ binary_ok() {
     log "$1 is criu ${v:-of unknown version}, older than $MIN_VERSION"
     return 1
   fi
+  if [ "$(criu_gitid "$1")" != "$PATCH_ID" ]; then
+    log "$1 (criu $v, GitID $(criu_gitid "$1" || true)) is not built with $PATCH_DIR ($PATCH_ID)"
+    return 1
+  fi
   if ! "$1" check 2>&1 | grep -q "Looks good"; then
     log "$1 (criu $v): 'criu check' fails"
     return 1
@@ -113,9 +129,13 @@ install_binary() {
 # Left behind by the 4.1 version of this script: its apt directory and 4.1.x builds, which
 # the checks above reject anyway.
 rm -rf "$CACHE/apt-trixie-src" "$CACHE"/criu-4.1.*
+# Builds of another patch set (or none), which the checks above reject anyway.
+for old in "$CACHE"/criu-*; do
+  case $old in *-"$PATCH_ID") ;; "$CACHE/criu-*") ;; *) rm -rf "$old" ;; esac
+done
 
 # 1. A cached build from an earlier run.
-for cached in $(ls -d "$CACHE"/criu-*/criu 2>/dev/null | sort -V -r); do
+for cached in $(ls -d "$CACHE"/criu-*-"$PATCH_ID"/criu 2>/dev/null | sort -V -r); do
   if binary_ok "$cached"; then
     install_binary "$cached"
     exit 0
@@ -160,12 +180,15 @@ fi
 # 3. Build with Debian 12's build dependencies.
 log "installing build dependencies"
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${BUILD_DEPS[@]}" >/dev/null
-dest=$CACHE/criu-$version
+dest=$CACHE/criu-$version-$PATCH_ID
 rm -rf "$dest/src"
 mkdir -p "$dest/src"
 tar -C "$dest/src" --strip-components=1 -xf "$tarball"
-log "building criu $version from $(basename "$tarball") (make -j2 criu, about a minute)"
-make -C "$dest/src" -j2 criu >"$dest/build.log" 2>&1 || { log "build failed; see $dest/build.log"; exit 1; }
+for p in "$PATCH_DIR"/*.patch; do
+  patch -d "$dest/src" -p1 --forward --quiet <"$p" || { log "$(basename "$p") does not apply to criu $version"; exit 1; }
+done
+log "building criu $version from $(basename "$tarball") with $PATCH_ID (make -j2 criu, about a minute)"
+make -C "$dest/src" -j2 criu GITID="$PATCH_ID" >"$dest/build.log" 2>&1 || { log "build failed; see $dest/build.log"; exit 1; }
 install -m 0755 "$dest/src/criu/criu" "$dest/criu"
 rm -rf "$dest/src"
 install_binary "$dest/criu"
