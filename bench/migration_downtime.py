@@ -71,7 +71,7 @@ RAW_DIR = "/dev/shm/bench-raw"
 VALUE_KB = 100
 #: memcached as the container runs it (as root: where root lacks CAP_SYS_RESOURCE CRIU cannot dump
 #: a process of another user, so `-u nobody` would be refused by preflight)
-MEMCACHED = ["memcached", "-u", "root", "-m", "3000", "-t", "2", "-c", "1024"]
+MEMCACHED = ["memcached", "-u", "root", "-m", "6000", "-t", "2", "-c", "1024"]
 #: on node-1, as root: memcached as pid 1 of its own pid namespace with a session of its own
 #: (CRIU refuses a session leader outside the namespace), chrooted into the image's files, then
 #: criu dump + criu restore of it, each timed on the node
@@ -80,7 +80,7 @@ set -eu
 root=$1 addr=$2 port=$3 dir=$4 cmd=$5
 case $cmd in
 start)
-  unshare -p -f setsid chroot "$root" /usr/bin/memcached -u root -m 3000 -t 2 -c 1024 -l "$addr" -p "$port" \
+  unshare -p -f setsid chroot "$root" /usr/bin/memcached -u root -m 6000 -t 2 -c 1024 -l "$addr" -p "$port" \
     </dev/null >/dev/null 2>&1 &
   for _ in $(seq 100); do
     ss -Hltn "sport = :$port" | grep -q . && { pgrep -f "^/usr/bin/memcached .* -p $port\$" | while read -r p; do

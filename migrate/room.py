@@ -92,7 +92,10 @@ async def check_room(ssh: SshPool, engines: EnginePool, container: str, source: 
     What the move needs of the target at its peak, the restore: the restored memory (its limit, or
     what it uses) and, on the disk of its docker root, the writable layer, the volumes and the
     pages the dump sent (about the memory in use). The pages pass through the target's page cache
-    on their way to and from that disk, which the kernel reclaims: memory it need not hold back."""
+    on their way to and from that disk, which the kernel reclaims: memory it need not hold back.
+    The page server receiving them holds a few MB with peakpack's CRIU build (scripts/criu-patches;
+    a stock CRIU 4.2 receiving over TLS holds about as much as the pages), and it exits before the
+    restore begins, so its peak never adds to the restore's."""
     folders = copied_folders(inspect)
     stats, sizes, free = await asyncio.gather(
         engines.call(source, lambda api: api.stats(container, stream=False)),
