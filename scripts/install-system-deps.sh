@@ -35,6 +35,7 @@ PACKAGES=(
   libc6-dev        # it runs in the lab's busybox image)
   criu             # runtime libraries; replaced by 4.2.x below when its checks fail
   xz-utils         # unpacks CRIU's source tarball
+  time             # /usr/bin/time: the CRIU build's test reads its page server's peak memory
   postgresql       # the store is also tested against a real PostgreSQL server
   chromium         # headless, the web page's browser test (tests/integration/test_web_page.py)
   docker-compose   # compose 1.29: `peakpack compose up` runs it on the nodes (tests/integration/test_owners.py)
