@@ -338,7 +338,7 @@ preflight)  # [PID]: this node's facts, and the processes of the container whose
   if [ -n "${1:-}" ]; then for p in $(procs $1); do
     s=/proc/$p/status
     echo "proc $p;$(awk '/^Uid:/ {print $2, $3, $4, $5}' $s);$(awk '/^Gid:/ {print $2, $3, $4, $5}' $s)"
-    rss=$((rss + $(awk '/^VmRSS:/ {print $2}' $s 2>/dev/null || echo 0)))
+    k=$(awk '/^VmRSS:/ {print $2}' $s 2>/dev/null); rss=$((rss + ${k:-0}))  # a zombie has no VmRSS
   done; fi
   echo "rss_kb $rss";;
 lock)  # ROLE TTL: take this migration's lease on the node (free, or another's settled), or renew it

@@ -11,6 +11,7 @@ import base64
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,29 @@ def test_a_process_not_root_is_refused_where_root_lacks_cap_sys_resource(ids: st
     assert facts.memory_mb == 260
     assert criu.why_cannot_dump("mc", "node-1", criu.parse_preflight("node-1", preflight(CAP, f"proc 4250;{ids}"))) \
         is None  # a real host's root may read anyone's rlimits
+
+
+def test_a_zombie_among_the_processes_counts_no_memory() -> None:
+    """The node's own preflight script, run here: a process that has exited and is not reaped yet
+    has no VmRSS line, and it stopped the count (and the migration) with a shell error."""
+    parent = subprocess.Popen(["sh", "-c", "sleep 0 & exec sleep 30"])  # sleep never reaps its child
+    try:
+        zombie = ""
+        for _ in range(100):
+            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if children and "State:\tZ" in Path(f"/proc/{children[0]}/status").read_text():
+                zombie = children[0]
+                break
+            time.sleep(0.05)
+        assert zombie, "the child did not become a zombie"
+        done = subprocess.run(["sh", "-c", NODE_SCRIPT, "sh", "preflight", str(parent.pid)], capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert done.returncode == 0, done.stderr
+    facts = criu.parse_preflight("node-1", done.stdout)
+    assert f"proc {zombie};" in done.stdout and facts.memory_mb >= 0
 
 
 def test_root_processes_dump_anywhere() -> None:
