@@ -547,6 +547,9 @@ def main() -> None:
     ap.add_argument("--warm-gb", type=int, default=14,
                     help="touch this many GB before every timed run (0: don't): this VM backs memory lazily")
     a = ap.parse_args()
+    routes = a.routes.split(",")
+    if not routes or set(routes) - {"pages", "post-copy"}:
+        ap.error(f"--routes {a.routes}: name pages and/or post-copy, comma-separated")
     own = a.dir is None
     lab = Lab(a.dir or Path(tempfile.mkdtemp(prefix="peakpack-bench-")))
     if own:
@@ -558,7 +561,6 @@ def main() -> None:
         memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
-                routes = [r for r in ("pages", "post-copy") if r in a.routes.split(",")]
                 runs = [("raw", False, True)] + [(m, False, t) for m in routes for t in tls]
                 runs += [("pages", True, tls[0])] if a.rollback and a.network == "segment" else []
                 link_s = link(lab, root, mb)

@@ -95,16 +95,18 @@ time.sleep(30)
   return "$rc"
 }
 
-# A criu binary that is new enough, whose kernel check passes and that can dump a TCP socket.
+# A criu binary of this patch set, new enough, whose kernel check passes and that can dump a TCP
+# socket.
 binary_ok() {
-  local v
+  local v g
   v=$(criu_version "$1") || true
   if ! version_ok "$v"; then
     log "$1 is criu ${v:-of unknown version}, older than $MIN_VERSION"
     return 1
   fi
-  if [ "$(criu_gitid "$1")" != "$PATCH_ID" ]; then
-    log "$1 (criu $v, GitID $(criu_gitid "$1" || true)) is not built with $PATCH_DIR ($PATCH_ID)"
+  g=$(criu_gitid "$1") || true
+  if [ "$g" != "$PATCH_ID" ]; then
+    log "$1 (criu $v, GitID ${g:-none}) is not built with $PATCH_DIR ($PATCH_ID)"
     return 1
   fi
   if ! "$1" check 2>&1 | grep -q "Looks good"; then
@@ -126,10 +128,9 @@ install_binary() {
   log "installed /usr/local/sbin/criu $(criu_version /usr/local/sbin/criu): criu check and TCP dump pass"
 }
 
-# Left behind by the 4.1 version of this script: its apt directory and 4.1.x builds, which
-# the checks above reject anyway.
-rm -rf "$CACHE/apt-trixie-src" "$CACHE"/criu-4.1.*
-# Builds of another patch set (or none), which the checks above reject anyway.
+# Left behind by earlier versions of this script: the 4.1 version's apt directory, and builds of
+# another patch set (or none, 4.1.x included), which the checks above reject anyway.
+rm -rf "$CACHE/apt-trixie-src"
 for old in "$CACHE"/criu-*; do
   case $old in *-"$PATCH_ID") ;; "$CACHE/criu-*") ;; *) rm -rf "$old" ;; esac
 done

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from peakpack.migrate import tls
 from peakpack.migrate.tls import Authority
 from tests.support.build import node_spec
 
@@ -37,13 +38,12 @@ time.sleep(120)
 
 
 def tls_args(folder: Path, ca: Authority) -> list[str]:
-    """CRIU's TLS options with a key and certificate for this host issued by `ca`, written in `folder`."""
+    """The TLS options peakpack gives CRIU, with the files a node holds (a key and certificate for
+    this host issued by `ca`, and the CA's) written in `folder` instead of `tls.NODE_DIR`."""
     key, cert = ca.issue(node_spec("here", address="127.0.0.1"))
-    (folder / "ca.pem").write_bytes(ca.pem)
-    (folder / "node.pem").write_bytes(cert)
-    (folder / "node.key").write_bytes(key)
-    return ["--tls", "--tls-cacert", str(folder / "ca.pem"), "--tls-cert", str(folder / "node.pem"),
-            "--tls-key", str(folder / "node.key"), "--tls-no-cn-verify"]
+    for path, data in ((tls.CA_FILE, ca.pem), (tls.CERT_FILE, cert), (tls.KEY_FILE, key)):
+        (folder / Path(path).name).write_bytes(data)
+    return [a.replace(tls.NODE_DIR, str(folder)) for a in tls.criu_args()]
 
 
 def free_port() -> int:
