@@ -101,10 +101,15 @@ def _mounted(path: Path, mountinfo: str) -> bool:
 
 
 def start_sshd(node: NodeLayout) -> None:
+    """Start the node's sshd and wait until it listens. sshd forks into the background before it
+    binds its port, so its first process exits while connections are still refused; it writes its
+    pidfile once the listening socket is bound, and that is what the wait reads."""
     if read_pid(node.pidfile("sshd")):
         return
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation folder
     sh([*nsenter(node), "/usr/sbin/sshd", "-f", str(node.dir / "sshd_config"), "-E", str(node.log("sshd"))])
+    wait_for(lambda: read_pid(node.pidfile("sshd")), 30,
+             f"{node.name}: sshd did not start listening: see {node.log('sshd')}")
 
 
 def start_dockerd(node: NodeLayout) -> None:

@@ -301,7 +301,8 @@ procs() {
 }
 """
 
-#: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand).
+#: `sh -c NODE_SCRIPT sh SUBCOMMAND ARGS...` (functions below: one per subcommand). POSIX sh: on
+#: Debian it is dash, whose kill takes a signal as `-s KILL` before `--` (`kill -KILL -- -PGID` fails).
 NODE_SCRIPT = r"""
 set -u
 CONF=/etc/criu/runc.conf
@@ -318,7 +319,7 @@ start() {  # DIR NAME SECS VERBOSITY ARGS...: criu ARGS in a session of its own 
   p=$!; echo $p > "$dir/$name.pid"
   n=0; while [ ! -s "$dir/$name.ready" ] && alive $p && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done
   [ -s "$dir/$name.ready" ] && exit 0
-  kill -KILL -- -$p 2>/dev/null
+  kill -s KILL -- -$p 2>/dev/null
   cat "$dir/$name.err" "$dir/$name.log" 2>/dev/null | grep -E 'Error|rror \(' | tail -1
   grep -q 'Address already in use' "$dir/$name.err" "$dir/$name.log" 2>/dev/null && exit 5
   exit 1
@@ -391,7 +392,7 @@ wait-lazy)  # DIR SECS: until the lazy-pages daemon has ended (it writes its sta
   n=0; while [ ! -f "$1/lazy-pages.rc" ] && ours "$1/lazy-pages.pid" "$1" && [ $n -lt $(($2 * 10)) ]; do
     sleep 0.1; n=$((n+1)); done;;
 stop)  # DIR: kill this migration's daemons (their process groups)
-  for n in page-server lazy-pages; do ours "$1/$n.pid" "$1" && kill -KILL -- -$(cat "$1/$n.pid"); done; true;;
+  for n in page-server lazy-pages; do ours "$1/$n.pid" "$1" && kill -s KILL -- -$(cat "$1/$n.pid"); done; true;;
 checkpoint)  # NAME CHECKPOINT SECS LOCKED FILTER ID DIR: dump, left stopped; at SECS, `ss -K` FILTER's
   # sockets. The work folders containerd and dockerd make for it and leave behind (ctd-checkpoint*,
   # ctrd-checkpoint* in their temp folder) are noted in DIR/leftovers: `remove` takes them with DIR

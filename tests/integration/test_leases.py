@@ -30,6 +30,7 @@ from peakpack.orchestrator.domain.errors import FencedError
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 from peakpack.power.ipmi import power_probe
+from tests.support.labs import criu_daemons
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +104,7 @@ def test_an_ex_leader_paused_before_its_node_step_is_refused_by_the_node(clean_l
     assert docker(lab.node("node-1"), "checkpoint", "ls", NAME).stdout.splitlines()[1:] == []  # no checkpoint
     [m] = new.migrations.history()
     assert m.state is MigrationState.ROLLED_BACK
+    assert criu_daemons(lab) == []  # the page server it armed on the target went with the settling
     old.close()
     new.close()
 

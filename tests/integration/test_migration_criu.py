@@ -27,6 +27,7 @@ from peakpack.orchestrator.domain.settings import CRITICAL_LABEL, MigrationSetti
 from peakpack.orchestrator.domain.states import MigrationState
 from peakpack.orchestrator.remote.shell import RemoteShell
 from peakpack.power.ipmi import power_probe
+from tests.support.labs import criu_daemons
 
 pytestmark = pytest.mark.integration
 IMAGE = "peakpack/busybox:lab"
@@ -55,9 +56,7 @@ def criu_lab(clean_lab: Lab) -> Iterator[Lab]:
         assert not lease.exists() or lease.read_text().endswith(" settled\n"), (n.name, lease.read_text())
         left = list((n.docker_root / "peakpack-criu").glob("*/*")) if (n.docker_root / "peakpack-criu").exists() else []
         assert left == [], (n.name, left)
-    daemons = subprocess.run(["pgrep", "-af", "criu (page-server|lazy-pages) .*/peakpack-criu/"],
-                             capture_output=True, text=True).stdout
-    assert str(clean_lab.dir) not in daemons, daemons
+    assert criu_daemons(clean_lab) == []
 
 
 def start(lab: Lab, binary: Path, mb: int, *docker_args: str, node: str = "node-1") -> tuple[int, int]:

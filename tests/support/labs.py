@@ -4,6 +4,7 @@ a temporary folder, taken down afterwards."""
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,3 +26,12 @@ def lab_up(**sizes: int) -> Iterator[Lab]:
         yield lab
     finally:
         lab.down(log=lambda _: None)
+
+
+def criu_daemons(lab: Lab) -> list[str]:
+    """The lab's migration daemons still running (a page server or a lazy-pages daemon in a
+    `peakpack-criu/` folder of one of its nodes), as `pgrep -af` lines: none once a migration is
+    settled."""
+    found = subprocess.run(["pgrep", "-af", "criu (page-server|lazy-pages) .*/peakpack-criu/"],
+                           capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if str(lab.dir) in line]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -263,6 +264,53 @@ def test_a_zombie_among_the_processes_counts_no_memory() -> None:
     assert done.returncode == 0, done.stderr
     facts = criu.parse_preflight("node-1", done.stdout)
     assert f"proc {zombie};" in done.stdout and facts.memory_mb >= 0
+
+
+def _group_alive(group: int) -> list[int]:
+    """The processes of process group `group` that run (zombies wait for their reaper only)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[2] == str(group) and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_stop_kills_a_daemon_with_its_whole_process_group(tmp_path: Path) -> None:
+    """The node's own script, run here by `sh` as on a node (dash on Debian): `page-server` starts
+    the daemon in a process group of its own under `timeout`, and `stop` kills that group. dash
+    refused `kill -KILL -- -PGID`, so a settled migration's page server lived on until its timeout."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "criu"  # says it is ready on its status descriptor, then waits as a page server does
+    fake.write_text("#!/bin/sh\nprintf '\\0' >&3\nexec sleep 60\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    folder = tmp_path / "peakpack-criu" / "7"
+    folder.mkdir(parents=True)
+
+    def node(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", NODE_SCRIPT, "sh", *args], capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    started = node("page-server", str(folder), "127.0.0.1", "27999", "60")
+    assert started.returncode == 0, started.stdout + started.stderr
+    group = int((folder / "page-server.pid").read_text())
+    try:
+        assert len(_group_alive(group)) == 3  # timeout, the shell that notes its status, the daemon
+        stopped = node("stop", str(folder))
+        assert stopped.returncode == 0, stopped.stderr
+        for _ in range(100):
+            if not _group_alive(group):
+                break
+            time.sleep(0.05)
+        assert _group_alive(group) == []
+    finally:
+        for pid in _group_alive(group):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_root_processes_dump_anywhere() -> None:
