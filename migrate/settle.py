@@ -379,12 +379,11 @@ class Settler:
             await self._announce(node)
 
     async def _announce(self, node: str) -> None:
-        """The network told that the moving addresses are at `node` now (`segment.announce`)."""
-        if not self.facts.moving:
-            return
+        """The network told that the container's addresses are at `node` now
+        (`segment.announce_restored`)."""
         d = await self.engines.inspect_container_or_none(node, self.container)
         if d is not None and d["State"]["Running"]:
-            await (await self.segment(node)).announce(int(d["State"]["Pid"]), self.facts.moving_addresses)
+            await (await self.segment(node)).announce_restored(int(d["State"]["Pid"]), d, self.facts.moving_addresses)
 
     async def _restore_target(self) -> None:
         """`docker start --checkpoint` on the target, with runc.conf there pointing CRIU at the

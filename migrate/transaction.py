@@ -631,20 +631,23 @@ class Migration:
         """CRIU restores at ~25 MB/s here or faster; allow 5 MB/s plus a minute before calling it stuck."""
         return 60.0 + (self._found.memory_mb if self._found is not None else 0.0) / 5
 
-    async def restore(self) -> None:
-        """UNFREEZE: the target restored from the images its runc.conf block points CRIU at; then
-        its block is stripped (post-copy: its lazy-pages daemon goes on feeding it)."""
+    async def restore(self) -> str | None:
+        """UNFREEZE: the target restored from the images its runc.conf block points CRIU at, and
+        its addresses announced at once (`segment.announce_restored`: switches and neighbours
+        still deliver to the source, or hold packets for an old neighbour entry); then its block is
+        stripped (post-copy: its lazy-pages daemon goes on feeding it)."""
         t0 = time.monotonic()
         await self.dst_criu.restore(checkpoint_name(self.mid), self.container, timeout=self.restore_timeout())
         self.t.restore_ms = (time.monotonic() - t0) * 1000
         if self.t.frozen_at is not None:
             self.t.frozen_ms = (time.monotonic() - self.t.frozen_at) * 1000
-        if self.found.moving:  # at once: switches and neighbours still deliver to the source
-            got = await self.engines.inspect_container_or_none(self.target, self.container)
-            if got is not None and got["State"]["Running"]:
-                there = segment.NodeSegment(self.ssh, self.target, self.found.dst_root, self.mid, self.token, self.key)
-                await there.announce(int(got["State"]["Pid"]), self.facts.moving_addresses)
+        said = None
+        got = await self.engines.inspect_container_or_none(self.target, self.container)
+        if got is not None and got["State"]["Running"]:
+            there = segment.NodeSegment(self.ssh, self.target, self.found.dst_root, self.mid, self.token, self.key)
+            said = await there.announce_restored(int(got["State"]["Pid"]), got, self.facts.moving_addresses)
         await self.dst_criu.strip()
+        return said
 
     async def verify(self) -> str:
         """The target runs; post-copy, every page has arrived (the source's dump ends when they are

@@ -158,3 +158,29 @@ def test_pinning_separates_devils_and_is_idempotent(clean_lab: Lab, tmp_path: Pa
     assert {"devil-a", "devil-b"} <= set(changed)
     second = peakpack("pin", "node-3", "--inventory", str(lab.inventory_path), "--json", db=db)
     assert json.loads(second.stdout)["changed"] == {}
+
+
+def neighbour_mac(lab: Lab, node: str, address: str) -> str:
+    """The MAC `node`'s own neighbour table holds for `address` on docker0 ("" if none)."""
+    words = lab.exec(node, ["ip", "neigh", "show", address, "dev", "docker0"]).stdout.split()
+    return words[words.index("lladdr") + 1] if "lladdr" in words else ""
+
+
+def test_the_target_node_knows_the_restored_copy_at_once_on_its_bridge(clean_lab: Lab, tmp_path: Path) -> None:
+    """A node keeps a neighbour entry for a bridge address it gave an earlier container: the copy
+    restored there with the same address announces itself, so the node delivers to its MAC at once
+    instead of holding a client's first packets until its next ARP try (a second later)."""
+    lab = clean_lab
+    lab.exec("node-1", ["docker", "run", "-d", "--name", "web", "peakpack/busybox:lab", "sh", "-c", COUNTER])
+    old = "02:00:00:00:00:01"  # the earlier holder's MAC, left stale
+    for host in range(2, 6):  # the first addresses node-2's docker0 hands out
+        lab.exec("node-2", ["ip", "neigh", "replace", f"172.17.0.{host}", "lladdr", old, "dev", "docker0",
+                            "nud", "stale"])
+    db = tmp_path / "pp.db"
+    proc = peakpack("migrate", "web", "--to", "node-2", "--inventory", str(lab.inventory_path), "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "SUCCEEDED"
+    network = json.loads(lab.exec("node-2", ["docker", "inspect", "-f", "{{json .NetworkSettings.Networks.bridge}}",
+                                             "web"]).stdout)
+    assert network["IPAddress"].startswith("172.17.0.")
+    assert neighbour_mac(lab, "node-2", network["IPAddress"]) == network["MacAddress"]

@@ -168,7 +168,8 @@ class FakeNodes:
         if c is None:
             return None
         started = datetime.fromtimestamp(c.started, UTC).isoformat().replace("+00:00", "123Z")
-        return {"Id": c.id, "State": {"Running": c.running, "Pid": 4242 if c.running else 0, "StartedAt": started}}
+        return {"Id": c.id, "State": {"Running": c.running, "Pid": 4242 if c.running else 0, "StartedAt": started},
+                "NetworkSettings": {"Networks": {}}}  # --network none: no address to announce
 
     async def call(self, node: str, fn: Callable[[Any], T], *, timeout: float = 60.0) -> T:
         return fn(FakeApi(self, node))
