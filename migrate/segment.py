@@ -32,7 +32,6 @@ from peakpack.orchestrator.remote import SshPool
 
 from . import spec
 from .criu import FENCED, SH_FUNCTIONS, work_dir
-from .spec import Inspect
 
 #: what the steps here run on a node, beyond what CRIU's side needs (`criu.TOOLS`)
 TOOLS = ("python3", "ip")
@@ -193,7 +192,7 @@ class NodeSegment:
     async def announce(self, pid: int, addresses: Sequence[str]) -> str:
         return await self._run("announce", pid, *addresses)
 
-    async def announce_restored(self, pid: int, copy: Inspect, moving: Sequence[str]) -> str | None:
+    async def announce_restored(self, pid: int, copy: spec.Inspect, moving: Sequence[str]) -> str | None:
         """Right after a restore here (`pid`: the running copy `copy`'s), every address it holds
         announced. The moving ones must reach the segment: a failure is raised. The others sit on
         this node's own bridge, where the node's neighbour entry for the address may be left from

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.support.procs import stat_fields
+
 if TYPE_CHECKING:
     from peakpack.db.store import Store
 
@@ -67,12 +69,4 @@ def server_pids(url: str) -> list[int]:
     pid file, and its children (the backends); to stop and resume it (SIGSTOP/SIGCONT)."""
     sock = Path(url.rpartition("host=")[2])
     postmaster = int((sock.parent / "data" / "postmaster.pid").read_text().split()[0])
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[1]) == postmaster:
-            children.append(int(stat.parent.name))
-    return [postmaster, *children]
+    return [postmaster, *(pid for pid, fields in stat_fields() if int(fields[1]) == postmaster)]

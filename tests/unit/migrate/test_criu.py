@@ -23,6 +23,7 @@ from peakpack.migrate.runc_conf import blocks, handles_tcp, operator_options, op
 from peakpack.migrate.spec import probe_addresses
 from peakpack.orchestrator.domain.errors import FencedError, NodeError
 from peakpack.orchestrator.remote.ssh import CommandResult
+from tests.support.procs import stat_fields
 
 OPERATOR = [
     b"",
@@ -268,15 +269,7 @@ def test_a_zombie_among_the_processes_counts_no_memory() -> None:
 
 def _group_alive(group: int) -> list[int]:
     """The processes of process group `group` that run (zombies wait for their reaper only)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if fields[2] == str(group) and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
+    return [pid for pid, fields in stat_fields() if fields[2] == str(group) and fields[0] != "Z"]
 
 
 def test_stop_kills_a_daemon_with_its_whole_process_group(tmp_path: Path) -> None:
