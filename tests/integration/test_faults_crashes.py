@@ -1,6 +1,6 @@
 """Exactly once when a node loses power, the controller is killed with SIGKILL or asked to stop
 in the middle of a live migration, and planning around a node that cannot be observed. The
-victim and what "exactly once" means are tests/support/victim.py's, as in test_faults.py."""
+victim and what "exactly once" means are tests/support/victim.py's, as in test_faults_partition.py."""
 
 from __future__ import annotations
 

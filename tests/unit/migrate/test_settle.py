@@ -4,7 +4,7 @@ run for the grace period, disarms what a migration left on a node, removes the c
 behind by a rollback, and reconciliation survives one migration that cannot be settled. The nodes
 are fakes that answer as the lab's do (the process lines below were read with `ps` on the lab
 during a checkpoint, a restore and a post-copy transfer); the real faults are in
-tests/integration/test_faults.py and test_faults_crashes.py."""
+tests/integration/test_faults_*.py."""
 
 from __future__ import annotations
 
