@@ -131,6 +131,8 @@ class Preflight:
     processes: tuple[ProcessIds, ...] = ()  # the container's processes (asked on the source only)
     memory_mb: float = 0.0     # their resident memory
     now: int = 0               # the node's clock (a lease's expiry is the node's)
+    congestions: tuple[str, ...] = ()  # the kernel's TCP congestion controls (tcp_available_congestion_control)
+    criu_congestion: bool = False      # its CRIU takes --tcp-congestion (scripts/criu-patches/0004)
 
 
 def parse_preflight(node: str, text: str) -> Preflight:
@@ -148,7 +150,9 @@ def parse_preflight(node: str, text: str) -> Preflight:
                          pipe_max_size=int(fields["pipe_max_size"]), lock=fields.get("lock", "").strip(),
                          conf=base64.b64decode(fields.get("conf", "")),
                          missing=tuple(fields.get("missing", "").split()), processes=tuple(processes),
-                         memory_mb=int(fields.get("rss_kb") or 0) / 1024, now=int(fields.get("now") or 0))
+                         memory_mb=int(fields.get("rss_kb") or 0) / 1024, now=int(fields.get("now") or 0),
+                         congestions=tuple(fields.get("congestion", "").split()),
+                         criu_congestion=fields.get("criu_congestion", "").strip() == "yes")
     except (KeyError, ValueError) as exc:
         raise NodeError(node, f"its CRIU facts answered something unexpected ({exc}): {text[:80]!r}") from None
 
@@ -195,6 +199,29 @@ def why_not_post_copy(node: str, facts: Preflight) -> str | None:
     return (f"node {node}: fs.pipe-max-size is {facts.pipe_max_size} and root lacks CAP_SYS_RESOURCE, so CRIU "
             f"cannot serve pages post-copy; set fs.pipe-max-size = {PIPE_SIZE_NEEDED} in /etc/sysctl.d/ on "
             "every node, or turn [migration] post_copy off")
+
+
+def why_no_congestion(node: str, facts: Preflight, name: str) -> str | None:
+    """A node whose kernel lacks the page streams' congestion control `name`, one line naming the fix."""
+    if not name or name in facts.congestions:
+        return None
+    return (f"node {node}: its kernel has no TCP congestion control {name!r} ([migration] page_stream_congestion; "
+            f"it has {' '.join(facts.congestions) or 'none listed'}); load it (modprobe tcp_{name}), name one it "
+            'has, or set "" for each node\'s own')
+
+
+def page_stream_congestion(name: str, nodes: Sequence[tuple[str, Preflight]]) -> tuple[list[str], str]:
+    """The CRIU options (runc.conf lines) that give a migration's page streams the congestion
+    control `name` ([migration] page_stream_congestion; `why_no_congestion` passed on every node),
+    and what the journal says of it. Where a node's CRIU lacks the option (another build than
+    scripts/build-criu.sh's) the streams keep the nodes' own, and the journal says so."""
+    if not name:
+        return [], ""
+    lacking = [node for node, facts in nodes if not facts.criu_congestion]
+    if lacking:
+        return [], (f", page streams in each node's own congestion control ({' and '.join(lacking)}: CRIU without "
+                    "--tcp-congestion; scripts/build-criu.sh builds one with it)")
+    return [f"tcp-congestion {name}"], f", page streams over {name}"
 
 
 class LazyPages(StrEnum):
@@ -335,6 +362,8 @@ preflight)  # [PID]: this node's facts, and the processes of the container whose
   echo "lock $(grep -v ' settled$' $LOCK 2>/dev/null)"
   echo "conf $(base64 -w0 "$(conf_path)" 2>/dev/null)"
   m=""; for t in $TOOLS; do command -v $t >/dev/null 2>&1 || m="$m $t"; done; echo "missing$m"
+  echo "congestion $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null)"
+  criu --help 2>&1 | grep -q -- --tcp-congestion && echo "criu_congestion yes"
   rss=0
   if [ -n "${1:-}" ]; then for p in $(procs $1); do
     s=/proc/$p/status

@@ -6,8 +6,9 @@ CRIU turns each line of the file into a command-line option (`tcp-close` is `--t
 the options runc passes, so the file's settings win and the last line wins. getopt_long also takes
 `name=value`, unambiguous abbreviations (`lazy-page` is `--lazy-pages`) and, for CRIU's boolean
 options, a `no-` form (`no-tcp-close`). So what a line sets is found the same way here
-(`option_of`), from the long options of CRIU 4.2 (`CRIU_OPTIONS`, criu/config.c): the operator's
-lines are judged by what CRIU would make of them, not by their spelling.
+(`option_of`), from the long options of CRIU 4.2 as scripts/build-criu.sh builds it
+(`CRIU_OPTIONS`, criu/config.c): the operator's lines are judged by what CRIU would make of them,
+not by their spelling.
 
 A migration appends its own block after the operator's lines, between marker lines naming it, and
 strips exactly that block again on every path, leaving the operator's bytes as they were.
@@ -26,7 +27,7 @@ CRIU_BOOLEANS = (
     "skip-in-flight", "deprecated", "display-stats", "weak-sysctls", "tcp-close", "stream", "tls",
     "skip-file-rwx-check", "mntns-compat-mode", "unprivileged", "ghost-fiemap", "allow-uprobes",
 )
-#: CRIU 4.2's other long options (criu/config.c)
+#: CRIU 4.2's other long options (criu/config.c), and the one peakpack's patches add
 CRIU_OTHERS = (
     "tree", "leave-stopped", "leave-running", "images-dir", "work-dir", "log-file", "join-ns", "root", "help",
     "close", "version", "pidfile", "veth-pair", "action-script", "address", "port", "prev-images-dir", "ms",
@@ -36,6 +37,7 @@ CRIU_OTHERS = (
     "cgroup-props-file", "cgroup-dump-controller", "status-fd", "verbosity", "ps-socket", "config",
     "no-default-config", "tls-cacert", "tls-cacrl", "tls-cert", "tls-key", "tls-no-cn-verify", "cgroup-yard",
     "pre-dump-mode", "file-validation", "lsm-mount-context", "network-lock",
+    "tcp-congestion",  # scripts/criu-patches/0004 (peakpack's build)
 )
 CRIU_OPTIONS = frozenset(CRIU_OTHERS) | frozenset(CRIU_BOOLEANS) | frozenset(f"no-{b}" for b in CRIU_BOOLEANS)
 #: options a migration's block sets: an operator's line setting one of them would change what
@@ -48,6 +50,16 @@ _BEGIN_NL = "# peakpack migration {mid} begin (removed when the migration ends, 
 _END = "# peakpack migration {mid} end"
 _BROUGHT_BREAK = b"with the line break before it"
 _MARK = re.compile(rb"^# peakpack migration (\d+) (begin|end)\b")
+
+
+def arguments(lines: Sequence[str]) -> list[str]:
+    """runc.conf lines as CRIU command-line arguments (the page server and lazy-pages daemon peakpack
+    starts take the same options as the dump runc runs)."""
+    args: list[str] = []
+    for line in lines:
+        name, _, value = line.partition(" ")
+        args += [f"--{name}", *([value] if value else [])]
+    return args
 
 
 def with_block(conf: bytes, migration_id: int, lines: Sequence[str]) -> bytes:

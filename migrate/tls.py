@@ -55,15 +55,6 @@ def ca_folder(settings: MigrationSettings, inventory: Inventory) -> Path:
     return Path(user_data_dir("peakpack")) / "tls"
 
 
-def criu_args() -> list[str]:
-    """The same options as CRIU command-line arguments (the page server and lazy-pages daemon)."""
-    args: list[str] = []
-    for option in CRIU_OPTIONS:
-        name, _, value = option.partition(" ")
-        args += [f"--{name}", *([value] if value else [])]
-    return args
-
-
 @dataclass(frozen=True)
 class Authority:
     """The cluster CA: its certificate and key, loaded from (or created in) `folder`."""

@@ -115,6 +115,7 @@ class Found:
     moving: tuple[spec.Endpoint, ...]  # the endpoints whose addresses move with it
     networks_to_create: tuple[dict[str, Any], ...]  # on the target, before the container
     facts: MigrationFacts             # journaled: what settling needs later
+    congestion: tuple[str, ...] = ()  # the page streams' congestion control option, where both CRIUs take it
 
 
 class Migration:
@@ -301,10 +302,15 @@ class Migration:
         for node, ready in zip((self.source, self.target), crius):
             if (why := criu.why_not_ready(node, ready)) is not None:
                 raise MigrationError(why)
+            if (why := criu.why_no_congestion(node, ready, self.settings.page_stream_congestion)) is not None:
+                raise MigrationError(why)
         if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
             raise MigrationError(why)
         post_copy, route = await self._route(src, crius[0])
         route += await self._tls()
+        congestion, said = criu.page_stream_congestion(self.settings.page_stream_congestion,
+                                                       list(zip((self.source, self.target), crius, strict=True)))
+        route += said
         why_not = spec.why_not_onto(src, here, there, self.target)
         if why_not is not None:
             raise TargetRefused(why_not)
@@ -329,7 +335,8 @@ class Migration:
                                listening=tuple(a for a in listening if a in answered),
                                before=moved.reached(src, self.source, self._spec(self.source).address),
                                nonce=secrets.token_hex(4))
-        self._found = Found(src, src_root, dst_root, crius[0].memory_mb, post_copy, moving, tuple(networks), facts)
+        self._found = Found(src, src_root, dst_root, crius[0].memory_mb, post_copy, moving, tuple(networks), facts,
+                            tuple(congestion))
         return facts.dumps()  # journaled before anything changes: settling may need it
 
     async def _tls(self) -> str:
@@ -539,6 +546,11 @@ class Migration:
         the target's page server, or, post-copy, its lazy dump's listener and connection."""
         return f"sport = :{self.port}" if self.found.post_copy else f"dport = :{self.port}"
 
+    @property
+    def _stream_options(self) -> list[str]:
+        """CRIU's options for both ends of the page stream (runc.conf lines): TLS, its congestion control."""
+        return [*(tls.CRIU_OPTIONS if self.settings.tls else ()), *self.found.congestion]
+
     async def arm(self) -> str:
         """Before the freeze, both nodes locked and their runc.conf blocks written: the target's
         page server listening (post-copy: its images folder ready) and pointing its restore at it;
@@ -551,15 +563,15 @@ class Migration:
         src, dst, s = self.src_criu, self.dst_criu, self.settings
         source_address, target_address = self._spec(self.source).address, self._spec(self.target).address
         await asyncio.gather(self._renew(), src.make("dump"), src.make("work"), dst.make("images"))
-        secure = list(tls.CRIU_OPTIONS) if s.tls else []
+        stream = self._stream_options
         if self.found.post_copy:
             self.port = s.page_server_port + self.mid % s.page_server_ports
-            source_lines = ["lazy-pages", f"address {source_address}", *secure]
+            source_lines = ["lazy-pages", f"address {source_address}", *stream]
             target_lines = [f"work-dir {dst.dir}/images", "lazy-pages"]
         else:
             self.port = await dst.page_server(target_address, s.page_server_port, s.page_server_ports,
-                                              self._dump_deadline() + 60, tls.criu_args() if s.tls else ())
-            source_lines, target_lines = ["page-server", f"address {target_address}", *secure], []
+                                              self._dump_deadline() + 60, runc_conf.arguments(stream))
+            source_lines, target_lines = ["page-server", f"address {target_address}", *stream], []
         tcp = runc_conf.tcp_lines(self.facts.keeps_connections)
         await asyncio.gather(
             src.arm("source", [f"images-dir {src.dir}/dump", f"work-dir {src.dir}/work", *source_lines,
@@ -612,7 +624,7 @@ class Migration:
         self.t.bytes = copying.result() + len(payload) * 3 // 4
         if self.found.post_copy:
             await self.dst_criu.lazy_pages(self._spec(self.source).address, self.port, self._dump_deadline(),
-                                           tls.criu_args() if self.settings.tls else ())
+                                           runc_conf.arguments(self._stream_options))
         self.t.transfer_ms = (time.monotonic() - t0) * 1000
         return f"{self.t.bytes} bytes while frozen"
 

@@ -10,11 +10,12 @@ mean the same thing at any epoch length: the planner divides them by the epoch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from . import inputs
 from .inputs import Bounds
@@ -141,6 +142,14 @@ NESTED = ("forecast", "qos")
 CRITICAL_LABEL = "peakpack.critical"
 
 
+def _congestion_name(value: str) -> str:
+    """A name the kernel could know (TCP_CA_NAME_MAX is 16 with its NUL), or "" for the node's own."""
+    if not re.fullmatch(r"[a-z0-9_]{0,15}", value):
+        raise ValueError("must be a TCP congestion control's name as the kernel spells it (lower-case letters, "
+                         "digits and '_', at most 15: e.g. cubic, reno, bbr) or \"\" for each node's own")
+    return value
+
+
 @dataclass(frozen=True)
 class MigrationSettings:
     """How a live migration runs (inventory `[migration]`; docs/migration.md, "The transaction").
@@ -192,6 +201,13 @@ class MigrationSettings:
     #: where the cluster CA's key and certificate live; None: `tls/` beside the inventory file (or
     #: in the user's data folder without one: `migrate.tls.ca_folder`)
     tls_dir: Path | None = None
+    #: the TCP congestion control of the page streams' connections (CRIU's --tcp-congestion, which
+    #: scripts/criu-patches/0004 adds): BBR, a common default, has TCP pace every packet with a timer
+    #: of its own where no fq qdisc is on the way, which on virtual machines made a 1 GB TLS page
+    #: stream take 1.6x as long (docs/migration.md, "Where the freeze's seconds go"); "" keeps each
+    #: node's own. A node whose kernel lacks it is refused at preflight; where a node's CRIU lacks
+    #: the option the streams keep the nodes' own, and the migration's journal says so
+    page_stream_congestion: Annotated[str, AfterValidator(_congestion_name)] = "cubic"
 
     def __post_init__(self) -> None:
         if self.page_server_port + self.page_server_ports - 1 > 65535:

@@ -134,7 +134,9 @@ def test_512_mb_of_memory_arrive_intact(criu_lab: Lab, memhold: Path, tmp_path: 
     result = migrate(lab, tmp_path / "pp.db")
     assert result.state is MigrationState.SUCCEEDED, result.reason
     assert_runs_once_with_its_state(lab, "node-2", before)
-    assert "pages to the target" in steps(tmp_path / "pp.db", result.migration_id)["preflight"]
+    said = steps(tmp_path / "pp.db", result.migration_id)["preflight"]
+    # the runc.conf line reached the dump through runc, and the page server's arguments took it too
+    assert "pages to the target" in said and "page streams over cubic" in said
 
 
 def test_containerds_work_folder_for_the_checkpoint_goes_with_the_migration(criu_lab: Lab, memhold: Path,
@@ -253,6 +255,7 @@ def test_post_copy_moves_a_counter_and_all_of_its_memory(criu_lab: Lab, memhold:
     assert_runs_once_with_its_state(lab, "node-2", before)
     journal = steps(tmp_path / "pp.db", result.migration_id)
     assert "post-copy" in journal["preflight"] and "every page arrived" in journal["verifying"]
+    assert "page streams over cubic" in journal["preflight"]  # the lazy dump and the lazy-pages daemon took it
 
 
 def test_a_post_copy_transfer_cut_never_leaves_two_live_copies(criu_lab: Lab, memhold: Path, tmp_path: Path) -> None:

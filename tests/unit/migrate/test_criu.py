@@ -265,6 +265,8 @@ def test_a_zombie_among_the_processes_counts_no_memory() -> None:
     assert done.returncode == 0, done.stderr
     facts = criu.parse_preflight("node-1", done.stdout)
     assert f"proc {zombie};" in done.stdout and facts.memory_mb >= 0
+    # this machine's kernel (reno is always built in) and its CRIU as scripts/build-criu.sh built it
+    assert "reno" in facts.congestions and facts.criu_congestion
 
 
 def _group_alive(group: int) -> list[int]:
@@ -328,6 +330,27 @@ def test_post_copy_needs_big_pipes_where_root_lacks_cap_sys_resource() -> None:
     assert "fs.pipe-max-size = 4194304" in (criu.why_not_post_copy("node-1", small) or "")
     big = criu.parse_preflight("node-1", preflight(NO_CAP).replace("1048576", "4194304"))
     assert criu.why_not_post_copy("node-1", big) is None
+
+
+def test_the_page_streams_congestion_control_is_asked_of_both_crius_or_said_to_be_the_nodes_own() -> None:
+    both = [(n, criu.parse_preflight(n, preflight(CAP) + "congestion reno bbr cubic\ncriu_congestion yes\n"))
+            for n in ("node-1", "node-2")]
+    assert all(criu.why_no_congestion(n, f, "cubic") is None for n, f in both)
+    assert criu.page_stream_congestion("cubic", both) == (["tcp-congestion cubic"], ", page streams over cubic")
+    assert criu.page_stream_congestion("", both) == ([], "")  # "": each node's own, nothing said
+    # a CRIU of another build would refuse an option it does not know: left out, and the journal says why
+    old = [both[0], ("node-2", criu.parse_preflight("node-2", preflight(CAP) + "congestion reno cubic\n"))]
+    lines, said = criu.page_stream_congestion("cubic", old)
+    assert lines == [] and "(node-2: CRIU without --tcp-congestion; scripts/build-criu.sh builds one with it)" in said
+
+
+def test_a_kernel_without_the_page_streams_congestion_control_is_refused_in_one_line() -> None:
+    facts = criu.parse_preflight("node-2", preflight(CAP) + "congestion reno bbr\ncriu_congestion yes\n")
+    why = criu.why_no_congestion("node-2", facts, "cubic")
+    assert why == ("node node-2: its kernel has no TCP congestion control 'cubic' ([migration] "
+                   "page_stream_congestion; it has reno bbr); load it (modprobe tcp_cubic), name one it has, or set "
+                   '"" for each node\'s own')
+    assert criu.why_no_congestion("node-2", facts, "") is None
 
 
 def test_garbage_is_the_nodes_error() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from peakpack.migrate import tls
+from peakpack.migrate import runc_conf, tls
 from peakpack.orchestrator.domain.config import parse_inventory
 from peakpack.orchestrator.domain.errors import PeakpackError
 from tests.support.build import node_spec
@@ -52,8 +52,8 @@ def test_a_certificate_is_issued_anew_when_missing_foreign_or_due(tmp_path: Path
 
 
 def test_criu_is_told_the_same_options_on_the_command_line_as_in_runc_conf() -> None:
-    assert tls.criu_args() == ["--tls", "--tls-cacert", tls.CA_FILE, "--tls-cert", tls.CERT_FILE,
-                               "--tls-key", tls.KEY_FILE, "--tls-no-cn-verify"]
+    assert runc_conf.arguments(tls.CRIU_OPTIONS) == ["--tls", "--tls-cacert", tls.CA_FILE, "--tls-cert", tls.CERT_FILE,
+                                                     "--tls-key", tls.KEY_FILE, "--tls-no-cn-verify"]
 
 
 def test_tls_is_on_by_default_and_its_folder_is_the_inventorys(tmp_path: Path) -> None:

@@ -120,3 +120,15 @@ def test_qos_sections_override_the_defaults_key_by_key(tmp_path: Path) -> None:
 ])
 def test_a_malformed_qos_key_is_one_line_naming_it_and_the_fix(tmp_path: Path, sections: str, line: str) -> None:
     assert error_of(tmp_path, sections).split(": ", 1)[1] == line
+
+
+@pytest.mark.parametrize("value", ['"Cubic"', '"cubic; reboot"', '"a_name_of_sixteen"', "1"])
+def test_a_page_stream_congestion_the_kernel_could_not_know_is_one_line_naming_it(tmp_path: Path, value: str) -> None:
+    line = error_of(tmp_path, f"[migration]\npage_stream_congestion = {value}\n").split(": ", 1)[1]
+    assert line.startswith("migration.page_stream_congestion: "), line
+
+
+def test_page_streams_take_cubic_unless_the_inventory_says_otherwise(tmp_path: Path) -> None:
+    assert load_inventory(inventory(tmp_path, "")).migration.page_stream_congestion == "cubic"
+    own = load_inventory(inventory(tmp_path, '[migration]\npage_stream_congestion = ""\n'))
+    assert own.migration.page_stream_congestion == ""
