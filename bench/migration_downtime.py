@@ -6,6 +6,7 @@ while a client writes throughout, reconnecting to whichever node answers.
     .venv/bin/python bench/migration_downtime.py [--sizes 256,1024,2048] [--rounds 1] [--dir DIR]
                                                  [--routes pages,post-copy] [--out FILE.jsonl]
                                                  [--network ports|segment] [--rollback]
+                                                 [--tls on|off|both] [--congestion cubic,own]
 
 For every size and round, in the same run, one after another:
 - raw CRIU, the floor: the same memcached binary run directly on node-1 in its own pid namespace
@@ -17,7 +18,9 @@ For every size and round, in the same run, one after another:
   arrived on the target.
 After each migration every item is read back from the target and compared, and every write the
 client saw acknowledged is looked for; the client's longest gap between two acknowledged writes
-is printed next to the frozen time. Ratios printed: frozen / raw CRIU, same run.
+is printed next to the frozen time. Ratios printed: frozen / raw CRIU, same run. `--tls both` and
+`--congestion cubic,own` run every migration once per setting, in turn (own: each node's own
+congestion control, e.g. BBR), so their ratios come from one run.
 
 `--network segment`: memcached sits on the lab's segment network (`labnet`, macvlan: its address
 and open connections move with it) and the client holds ONE connection and never reconnects; each
@@ -209,6 +212,8 @@ class Row:
     state: str = "SUCCEEDED"
     load: float = 0.0
     tls: bool = True             # the page stream was TLS ([migration] tls)
+    #: its TCP congestion control ([migration] page_stream_congestion; "": the nodes' own; raw: no stream)
+    congestion: str = ""
     #: CRIU's own phases, from its logs: the dump's page stream (first page to disconnect from the
     #: page server) and the rest of the dump; the restore's read of the pages (its one preadv) and
     #: the whole of CRIU's restore (the rest of `restore_s` is docker, containerd and runc)
@@ -354,7 +359,7 @@ class Phases:
         return row
 
 
-def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool, tls: bool = True) -> Row:
+def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool, tls: bool = True, congestion: str = "cubic") -> Row:
     n1, n2 = (lab.layout.node(n) for n in ("node-1", "node-2"))
     for n in (n1, n2):
         docker(n, "rm", "-f", "mc", check=False)
@@ -370,7 +375,7 @@ def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool, tls: bool = True) -> 
     with RemoteShell(inv) as shell, Store.open(f"sqlite:///{lab.dir / 'bench.db'}") as store:
         phases = Phases(lab)
         m = Migration(shell.pool, shell.engines, store, inv, "mc", "node-1", "node-2", hook=phases,
-                      settings=MigrationSettings(post_copy=post_copy, tls=tls))
+                      settings=MigrationSettings(post_copy=post_copy, tls=tls, page_stream_congestion=congestion))
         result = shell.call(m.run())
     time.sleep(1)
     stop.set()
@@ -384,7 +389,7 @@ def migrated(lab: Lab, mb: int, rnd: int, post_copy: bool, tls: bool = True) -> 
                items_lost=items_lost(where.address, PORT, mb), writes_acked=acked,
                writes_lost=writes_lost(where.address, PORT, acked),
                state=result.state.value + (f": {result.reason}" if result.reason else ""), load=os.getloadavg()[0],
-               tls=tls))
+               tls=tls, congestion=congestion))
 
 
 class NewConnections:
@@ -497,15 +502,18 @@ def report_phases(rows: list[Row]) -> None:
     for mb in sorted({r.mb for r in rows}):
         floor, link = med([r for r in rows if r.mb == mb and r.mode == "raw"], "frozen_s"), \
             med([r for r in rows if r.mb == mb and r.link_s is not None], "link_s")
-        for mode, tls in (("pages", True), ("pages", False), ("post-copy", True), ("post-copy", False)):
-            got = [r for r in rows if r.mb == mb and r.mode == mode and r.tls == tls and r.network == "ports"]
+        for mode, tls, cc in sorted({(r.mode, r.tls, r.congestion) for r in rows if r.mode != "raw"},
+                                    key=lambda k: (k[0] != "pages", not k[1], k[2] != "cubic", k[2])):
+            got = [r for r in rows if r.mb == mb and (r.mode, r.tls, r.congestion) == (mode, tls, cc)
+                   and r.network == "ports"]
             if not got:
                 continue
+            route = f"{mode}{' TLS' if tls else ' plain'}{'' if cc == 'cubic' else ' ' + (cc or 'own')}"
             frozen, pages = med(got, "frozen_s"), med(got, "dump_pages_s")
             restore, criu = med(got, "restore_s"), med(got, "restore_criu_s")
             tails = [r.last_page_s - r.frozen_s for r in got if r.last_page_s is not None]
             tail = statistics.median(tails) if tails else None
-            print(f"{mb:5d} {mode + (' TLS' if tls else ' plain'):14s} {f(frozen):>6}  {f(med(got, 'dump_s')):>5} "
+            print(f"{mb:5d} {route:14s} {f(frozen):>6}  {f(med(got, 'dump_s')):>5} "
                   f"({f(pages)}+{f(med(got, 'dump_rest_s'))})  {f(med(got, 'transfer_s')):>6}    {f(restore):>5} "
                   f"({f(med(got, 'restore_read_s'))}/{f(criu)}/+{f(restore - criu if restore and criu else None)})"
                   f"  {f(med(got, 'longest_gap_s'))}  {f(floor)}  "
@@ -544,6 +552,10 @@ def main() -> None:
                     help="with --network segment: also a run per size with the target's disk filled after the dump")
     ap.add_argument("--tls", choices=("on", "off", "both"), default="on",
                     help="the page streams' TLS ([migration] tls); both: every migration of the run twice, in turn")
+    ap.add_argument("--congestion", default="cubic",
+                    help="the page streams' TCP congestion control ([migration] page_stream_congestion), "
+                    "comma-separated to run every migration once with each in turn; own: each node's own "
+                    "(e.g. --congestion cubic,own)")
     ap.add_argument("--warm-gb", type=int, default=14,
                     help="touch this many GB before every timed run (0: don't): this VM backs memory lazily")
     a = ap.parse_args()
@@ -556,15 +568,16 @@ def main() -> None:
         lab.up(nodes=2, cpus=2)
     rows: list[Row] = []
     tls = {"on": (True,), "off": (False,), "both": (True, False)}[a.tls]
+    congestions = ["" if c == "own" else c for c in a.congestion.split(",")]
     try:
         root = memcached_rootfs()
         memcached_image(list(lab.layout.nodes))
         for rnd in range(a.rounds):
             for mb in (int(x) for x in a.sizes.split(",")):
-                runs = [("raw", False, True)] + [(m, False, t) for m in routes for t in tls]
-                runs += [("pages", True, tls[0])] if a.rollback and a.network == "segment" else []
+                runs = [("raw", False, True, "")] + [(m, False, t, c) for m in routes for t in tls for c in congestions]
+                runs += [("pages", True, tls[0], congestions[0])] if a.rollback and a.network == "segment" else []
                 link_s = link(lab, root, mb)
-                for mode, rollback, secure in runs:
+                for mode, rollback, secure, congestion in runs:
                     warm(a.warm_gb)
                     if mode == "raw":
                         row = raw(lab, root, mb, rnd)
@@ -572,7 +585,7 @@ def main() -> None:
                     elif a.network == "segment":
                         row = migrated_on_segment(lab, mb, rnd, mode == "post-copy", rollback)
                     else:
-                        row = migrated(lab, mb, rnd, mode == "post-copy", secure)
+                        row = migrated(lab, mb, rnd, mode == "post-copy", secure, congestion)
                     rows.append(row)
                     print(json.dumps(asdict(row)), flush=True)
                     if a.out:

@@ -212,8 +212,8 @@ def why_no_congestion(node: str, facts: Preflight, name: str) -> str | None:
 
 def page_stream_congestion(name: str, nodes: Sequence[tuple[str, Preflight]]) -> tuple[list[str], str]:
     """The CRIU options (runc.conf lines) that give a migration's page streams the congestion
-    control `name` ([migration] page_stream_congestion; `why_no_congestion` passed on every node),
-    and what the journal says of it. Where a node's CRIU lacks the option (another build than
+    control `name` ([migration] page_stream_congestion), and what the journal says of it; when
+    there are any, every node must pass `why_no_congestion`. Where a node's CRIU lacks the option (another build than
     scripts/build-criu.sh's) the streams keep the nodes' own, and the journal says so."""
     if not name:
         return [], ""

@@ -302,15 +302,15 @@ class Migration:
         for node, ready in zip((self.source, self.target), crius):
             if (why := criu.why_not_ready(node, ready)) is not None:
                 raise MigrationError(why)
-            if (why := criu.why_no_congestion(node, ready, self.settings.page_stream_congestion)) is not None:
-                raise MigrationError(why)
         if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
             raise MigrationError(why)
+        ends = list(zip((self.source, self.target), crius, strict=True))
+        congestion, said = criu.page_stream_congestion(self.settings.page_stream_congestion, ends)
+        for node, ready in ends if congestion else ():
+            if (why := criu.why_no_congestion(node, ready, self.settings.page_stream_congestion)) is not None:
+                raise MigrationError(why)
         post_copy, route = await self._route(src, crius[0])
-        route += await self._tls()
-        congestion, said = criu.page_stream_congestion(self.settings.page_stream_congestion,
-                                                       list(zip((self.source, self.target), crius, strict=True)))
-        route += said
+        route += await self._tls() + said
         why_not = spec.why_not_onto(src, here, there, self.target)
         if why_not is not None:
             raise TargetRefused(why_not)

@@ -12,8 +12,8 @@ has `MIN_FIT_POINTS` of them: machines of one kind freeze the same gigabyte 3.7 
 9-14 s on another (docs/migration.md, "Where the freeze's seconds go"), so a cluster's moves
 cost what its own links and nodes made them cost. A pair with fewer migrations takes the line
 fitted to the whole cluster's, and a cluster with fewer than `MIN_FIT_POINTS` the line measured on
-the lab for the default route, pages straight to the target over TLS (docs/migration.md, "Where
-the freeze's seconds go": memcached with 1 GB / 2 GB of items froze 3.43-4.13 / 6.40-8.59 s). Each
+the lab for the default route, pages straight to the target over TLS and cubic (docs/migration.md,
+"The page streams over cubic": memcached with 1 GB / 2 GB of items froze 2.55-3.40 / 4.92-5.24 s). Each
 prediction names which of the three it came from. Pure: data in, data out.
 """
 
@@ -32,11 +32,12 @@ from ..domain.records import FrozenSample
 from ..domain.settings import PlannerSettings
 
 #: frozen ms = DEFAULT_FROZEN_MS + DEFAULT_FROZEN_MS_PER_MB x memory MB until the store has a fit:
-#: the least-squares line through the six runs of the default route with TLS (the default) in
-#: `bench/migration_downtime.py --sizes 1024,2048 --rounds 3 --tls both` on the lab, CRIU with
-#: scripts/criu-patches (docs/migration.md, "Where the freeze's seconds go", 2026-11-28 07:13 UTC)
-DEFAULT_FROZEN_MS = 232.0
-DEFAULT_FROZEN_MS_PER_MB = 3.48
+#: the least-squares line through the six runs of the default route with TLS and page streams over
+#: cubic (the defaults) in `bench/migration_downtime.py --sizes 1024,2048 --rounds 3 --routes pages
+#: --tls both --congestion cubic,own` on the lab, CRIU with scripts/criu-patches (docs/migration.md,
+#: "The page streams over cubic (patch 0004)", 2026-11-28 13:09 UTC)
+DEFAULT_FROZEN_MS = 713.0
+DEFAULT_FROZEN_MS_PER_MB = 2.14
 #: SUCCEEDED migrations needed before the fit replaces the default
 MIN_FIT_POINTS = 3
 

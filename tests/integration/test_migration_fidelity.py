@@ -255,6 +255,27 @@ def test_bad_requests_change_nothing(clean_lab: Lab, tmp_path: Path) -> None:
     assert "appdata" not in sh(lab, "node-2", "docker", "volume", "ls", "-q").split()
 
 
+def test_a_congestion_control_a_node_lacks_is_refused_and_changes_nothing(clean_lab: Lab, tmp_path: Path) -> None:
+    """[migration] page_stream_congestion names one no node's kernel has: preflight refuses it in
+    one line naming the setting and the fix, before anything changes on either node."""
+    lab = clean_lab
+    start_service(lab, "node-1")
+    inventory = lab.dir / "inventory-nosuch-congestion.toml"  # beside the lab's: its relative paths hold
+    text = lab.inventory_path.read_text()
+    at = text.index("[migration]")
+    end = text.index("\n", at) + 1
+    inventory.write_text(text[:end] + 'page_stream_congestion = "nosuch_cc"\n' + text[end:])
+    before = [node_state(lab, n) for n in ("node-1", "node-2")]
+    try:
+        proc = peakpack("migrate", "web", "--to", "node-2", "--inventory", str(inventory), db=tmp_path / "pp.db")
+    finally:
+        inventory.unlink()
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert ("node node-1: its kernel has no TCP congestion control 'nosuch_cc' ([migration] page_stream_congestion; "
+            "it has ") in proc.stderr and "(modprobe tcp_nosuch_cc)" in proc.stderr, proc.stderr
+    assert [node_state(lab, n) for n in ("node-1", "node-2")] == before
+
+
 def refused(lab: Lab, name: str, to: str, db: Path) -> str:
     """`peakpack migrate` refused with exit 2 and one line: that line."""
     proc = peakpack("migrate", name, "--to", to, "--inventory", str(lab.inventory_path), db=db)

@@ -62,12 +62,12 @@ def test_predicted_savings_add_up_to_before_minus_after_less_migrations() -> Non
     assert p.energy_saved_j == pytest.approx((before.power_w - after.power_w) * 3600 - 2 * 1000)
     # n1 switched off saves its idle 100 W for the hour; the moves shift load between equal curves
     assert p.actions[2].energy_saved_j == pytest.approx(100 * 3600)
-    # 1000 MB each, the lab's line for pages sent straight to the target over TLS: 0.232 s + 3.48 ms
-    # per MB
-    assert [a.frozen_ms for a in p.actions] == [pytest.approx(3712.0)] * 2 + [None]
+    # 1000 MB each, the lab's line for pages sent straight to the target over TLS and cubic: 0.713 s
+    # + 2.14 ms per MB
+    assert [a.frozen_ms for a in p.actions] == [pytest.approx(2853.0)] * 2 + [None]
     doc = p.to_json()
     assert doc["frozen_source"] == "default" and doc["horizon_s"] == 3600.0
-    assert doc["frozen_ms"] == pytest.approx(2 * 3712.0)
+    assert doc["frozen_ms"] == pytest.approx(2 * 2853.0)
 
 
 def test_a_plans_moves_are_predicted_from_their_own_pairs_line() -> None:

@@ -74,7 +74,7 @@ def test_stays_for_an_opt_out_a_budget_and_a_window() -> None:
     plan, why, _ = explained(Allowance(consolidate=False, power_offs=0, consolidate_why="window mon 08:00-18:00"),
                           hot=6.0)
     assert all(why[a.container].endswith(f"over its 70% CPU cap or its memory cap; its clients must reconnect at "
-                                         f"{a.target}'s address; frozen ~2.0 s (lab default)") for a in plan.migrations)
+                                         f"{a.target}'s address; frozen ~1.8 s (lab default)") for a in plan.migrations)
     assert "maintenance window mon 08:00-18:00" in why["c1-0"]
 
 

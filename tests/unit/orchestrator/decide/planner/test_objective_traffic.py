@@ -96,7 +96,7 @@ def test_a_heavy_pair_is_joined_and_the_plan_says_why() -> None:
     plan, why = explained(pair_problem(42))  # 42 W of traffic against a 7.5 W move
     assert [(a.container, a.source, a.target) for a in plan.migrations] == [("cli", "n1", "n2")]
     assert why["cli"] == ("moves to join srv (42 MB/s): n1 -> n2; its clients must reconnect at n2's address; "
-                          "frozen ~2.0 s (lab default)")
+                          "frozen ~1.8 s (lab default)")
     plan, why = explained(pair_problem(42, weight=0))
     assert not plan.migrations
     assert why["cli"].startswith("stays on n1: not worth its migration cost")
