@@ -119,3 +119,15 @@ def fault_at_a_step_ends_exactly_once(lab: Lab, db: Path, fault: Fault, side: st
     # before the freeze loses the container's memory with its daemon (docs/migration.md)
     lost_with_daemon = fault is Fault.KILL_DOCKERD and side == "source" and step == "checkpointing"
     assert_exactly_once(lab, db, before, state_survives=not lost_with_daemon)
+
+
+def fault_test(fault: Fault) -> Callable[[Lab, Path, str, str], None]:
+    """The test of `fault` on either node at every step, for a file of its own to bind to a
+    `test_...` name (pytest names the cases by it)."""
+
+    @pytest.mark.parametrize("step", STEPS)
+    @pytest.mark.parametrize("side", sorted(NODES))
+    def test(clean_lab: Lab, tmp_path: Path, side: str, step: str) -> None:
+        fault_at_a_step_ends_exactly_once(clean_lab, tmp_path / "pp.db", fault, side, step)
+
+    return test
