@@ -21,8 +21,10 @@ from tests.integration.test_migration_fidelity import REPO, node_state, sh
 
 pytestmark = pytest.mark.integration
 #: a counter in memory, written to a file each 0.2 s: "ID N" (a restored process keeps its ID and goes
-#: on counting; a process started again has a new ID and counts from 1)
-COUNTER = 'id=$$RANDOM; i=0; while :; do i=$$((i+1)); echo "$$id $$i" > /tmp/n; sleep 0.2; done'
+#: on counting; a process started again has a new ID and counts from 1). It exits on SIGTERM, as a
+#: service does: a shell as pid 1 ignores it, and compose's recreate then waited its 10 s for each
+COUNTER = ('trap "exit 0" TERM; id=$$RANDOM; i=0; while :; do i=$$((i+1)); echo "$$id $$i" > /tmp/n; sleep 0.2; '
+           'done')
 
 
 def peakpack(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
