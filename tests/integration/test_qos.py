@@ -113,7 +113,7 @@ def test_the_guard_caps_best_effort_hogs_the_stall_drops_and_the_hogs_get_their_
     # asserted, not its size (bench/qos.py measures that)
     assert guarded["stall"] < unguarded["stall"], (unguarded, guarded)
 
-    lab.exec(NODE, ["docker", "stop", "web"])  # nobody left to protect: the hogs get their CPU back
+    lab.exec(NODE, ["docker", "stop", "-t", "0", "web"])  # nobody left to protect: the hogs get their CPU back
     assert wait_for(lambda: all(quota_us(p) == -1 for p in hogs), 30)
     assert all(cpus_of(p) == node_cpus for p in hogs)
     before = [throttled(p) for p in hogs]
