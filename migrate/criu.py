@@ -201,20 +201,11 @@ def why_not_post_copy(node: str, facts: Preflight) -> str | None:
             "every node, or turn [migration] post_copy off")
 
 
-def why_no_congestion(node: str, facts: Preflight, name: str) -> str | None:
-    """A node whose kernel lacks the page streams' congestion control `name`, one line naming the fix."""
-    if not name or name in facts.congestions:
-        return None
-    return (f"node {node}: its kernel has no TCP congestion control {name!r} ([migration] page_stream_congestion; "
-            f"it has {' '.join(facts.congestions) or 'none listed'}); load it (modprobe tcp_{name}), name one it "
-            'has, or set "" for each node\'s own')
-
-
 def page_stream_congestion(name: str, nodes: Sequence[tuple[str, Preflight]]) -> tuple[list[str], str]:
     """The CRIU options (runc.conf lines) that give a migration's page streams the congestion
-    control `name` ([migration] page_stream_congestion), and what the journal says of it; when
-    there are any, every node must pass `why_no_congestion`. Where a node's CRIU lacks the option (another build than
-    scripts/build-criu.sh's) the streams keep the nodes' own, and the journal says so."""
+    control `name` ([migration] page_stream_congestion), and what the journal says of it. Where a
+    node's CRIU lacks the option (another build than scripts/build-criu.sh's) the streams keep the
+    nodes' own, and the journal says so."""
     if not name:
         return [], ""
     lacking = [node for node, facts in nodes if not facts.criu_congestion]
@@ -222,6 +213,19 @@ def page_stream_congestion(name: str, nodes: Sequence[tuple[str, Preflight]]) ->
         return [], (f", page streams in each node's own congestion control ({' and '.join(lacking)}: CRIU without "
                     "--tcp-congestion; scripts/build-criu.sh builds one with it)")
     return [f"tcp-congestion {name}"], f", page streams over {name}"
+
+
+def why_no_congestion(name: str, nodes: Sequence[tuple[str, Preflight]]) -> str | None:
+    """The first node whose kernel lacks the congestion control its page streams would be given
+    (`page_stream_congestion`), one line naming the fix; None when no node is refused."""
+    if not page_stream_congestion(name, nodes)[0]:
+        return None
+    for node, facts in nodes:
+        if name not in facts.congestions:
+            return (f"node {node}: its kernel has no TCP congestion control {name!r} ([migration] "
+                    f"page_stream_congestion; it has {' '.join(facts.congestions) or 'none listed'}); load it "
+                    f'(modprobe tcp_{name}), name one it has, or set "" for each node\'s own')
+    return None
 
 
 class LazyPages(StrEnum):

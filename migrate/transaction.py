@@ -305,10 +305,9 @@ class Migration:
         if (why := criu.why_cannot_dump(self.container, self.source, crius[0])) is not None:
             raise MigrationError(why)
         ends = list(zip((self.source, self.target), crius, strict=True))
+        if (why := criu.why_no_congestion(self.settings.page_stream_congestion, ends)) is not None:
+            raise MigrationError(why)
         congestion, said = criu.page_stream_congestion(self.settings.page_stream_congestion, ends)
-        for node, ready in ends if congestion else ():
-            if (why := criu.why_no_congestion(node, ready, self.settings.page_stream_congestion)) is not None:
-                raise MigrationError(why)
         post_copy, route = await self._route(src, crius[0])
         route += await self._tls() + said
         why_not = spec.why_not_onto(src, here, there, self.target)

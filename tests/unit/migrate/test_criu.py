@@ -335,7 +335,7 @@ def test_post_copy_needs_big_pipes_where_root_lacks_cap_sys_resource() -> None:
 def test_the_page_streams_congestion_control_is_asked_of_both_crius_or_said_to_be_the_nodes_own() -> None:
     both = [(n, criu.parse_preflight(n, preflight(CAP) + "congestion reno bbr cubic\ncriu_congestion yes\n"))
             for n in ("node-1", "node-2")]
-    assert all(criu.why_no_congestion(n, f, "cubic") is None for n, f in both)
+    assert criu.why_no_congestion("cubic", both) is None
     assert criu.page_stream_congestion("cubic", both) == (["tcp-congestion cubic"], ", page streams over cubic")
     assert criu.page_stream_congestion("", both) == ([], "")  # "": each node's own, nothing said
     # a CRIU of another build would refuse an option it does not know: left out, and the journal says why
@@ -346,11 +346,11 @@ def test_the_page_streams_congestion_control_is_asked_of_both_crius_or_said_to_b
 
 def test_a_kernel_without_the_page_streams_congestion_control_is_refused_in_one_line() -> None:
     facts = criu.parse_preflight("node-2", preflight(CAP) + "congestion reno bbr\ncriu_congestion yes\n")
-    why = criu.why_no_congestion("node-2", facts, "cubic")
+    why = criu.why_no_congestion("cubic", [("node-2", facts)])
     assert why == ("node node-2: its kernel has no TCP congestion control 'cubic' ([migration] "
                    "page_stream_congestion; it has reno bbr); load it (modprobe tcp_cubic), name one it has, or set "
                    '"" for each node\'s own')
-    assert criu.why_no_congestion("node-2", facts, "") is None
+    assert criu.why_no_congestion("", [("node-2", facts)]) is None
 
 
 def test_garbage_is_the_nodes_error() -> None:
