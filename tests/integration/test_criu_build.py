@@ -2,8 +2,10 @@
 receives a dump over TLS holds a few MB, not the pages it received (Debian's CRIU 4.2.1 freed only
 the last TLS record of every batch, so its page server grew by about as much as the pages: 797 MiB
 for a 1 GB dump), and both ends of a page stream take the TCP congestion control asked for
-(--tcp-congestion, patch 0004). Real CRIU on this host's loopback, TLS with certificates from the
-cluster CA peakpack makes; it asserts what arrived and the memory the page server took, never time."""
+(--tcp-congestion, patch 0004), and a restore from what a page server received brings back every
+page, and only the pages, the process had (patch 0005 populates the ranges it reads before reading
+them). Real CRIU on this host's loopback, TLS with certificates from the cluster CA peakpack makes;
+it asserts what arrived and the memory each side took, never time."""
 
 from __future__ import annotations
 
@@ -22,17 +24,21 @@ from tests.support.build import node_spec
 pytestmark = pytest.mark.integration
 MB = 128
 
-#: a process holding MB of touched memory in a session of its own (CRIU dumps a session leader
-#: without --shell-job), with only the descriptors CRIU needs; it says when it is ready
+#: a process in a session of its own (CRIU dumps a session leader without --shell-job), with only
+#: the descriptors CRIU needs, holding a mapping of 2 x MB of which it touched only the first MB:
+#: each page of that half starts with its index; it says when it is ready, its pid and where the
+#: mapping is
 HOLDER = """
-import os, sys, time
+import ctypes, mmap, os, sys, time
 os.setsid()
-b = bytearray(int(sys.argv[1]) << 20)
-b[::4096] = b"x" * len(b[::4096])
+pages = int(sys.argv[1]) << 20 >> 12
+m = mmap.mmap(-1, 2 * pages << 12)
+for i in range(pages):
+    m[i << 12:(i << 12) + 8] = i.to_bytes(8, "little")
 for fd in (0, 1, 2):
     os.close(fd)
 with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write("ready")
+    f.write(f"{os.getpid()} {ctypes.addressof(ctypes.c_char.from_buffer(m))}")
 os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 time.sleep(120)
 """
@@ -54,6 +60,7 @@ def free_port() -> int:
 
 
 def holder(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A HOLDER, returned once ready ("PID ADDRESS" in tmp_path / "ready")."""
     ready = tmp_path / "ready"
     proc = subprocess.Popen(["python3", "-c", HOLDER, str(MB), str(ready)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -123,3 +130,32 @@ def test_both_ends_of_a_page_stream_take_the_congestion_control_asked_for(tmp_pa
     images, dump, _ = dump_to_page_server(tmp_path, ["--tcp-congestion", "reno", "-v3"])
     for log in (images / "page-server.log", dump / "dump.log"):
         assert "TCP congestion control: reno" in log.read_text(errors="replace"), log
+
+
+def vm_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_a_restore_from_a_page_server_brings_back_every_page_and_only_those(tmp_path: Path) -> None:
+    """scripts/criu-patches/0005 populates the ranges the restore reads before reading them: the
+    restored process must find each page it wrote where it was, and the half of its mapping it
+    never touched must still cost nothing (populating whole mappings would double its memory)."""
+    images, dump, _ = dump_to_page_server(tmp_path, [])
+    pid, address = map(int, (tmp_path / "ready").read_text().split())
+    for image in dump.glob("*.img"):  # the metadata joins the pages, as peakpack's transfer does
+        (images / image.name).write_bytes(image.read_bytes())
+    done = subprocess.run(["criu", "restore", "-D", str(images), "-d", "-o", "restore.log"],
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, (images / "restore.log").read_text(errors="replace")[-2000:]
+    try:
+        pages = MB << 20 >> 12
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(address)
+            held = mem.read(pages << 12)
+        wrong = [i for i in range(pages) if held[i << 12:(i << 12) + 8] != i.to_bytes(8, "little")]
+        assert not wrong, f"{len(wrong)} of {pages} restored pages differ from the dump, first at page {wrong[0]}"
+        # the touched half (MB) and the interpreter (~10 MB), not the untouched half too
+        assert vm_rss_kib(pid) < (MB << 10) * 5 // 4, f"the restored process holds {vm_rss_kib(pid)} KiB for {MB} MB"
+    finally:
+        os.kill(pid, 9)
