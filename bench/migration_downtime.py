@@ -350,7 +350,8 @@ class Phases:
                                   "Disconnect from the page server", "Dumping finished successfully")
         if first is not None and last is not None and end is not None:
             row.dump_pages_s, row.dump_rest_s = last - first, end - (last - first)
-        read, returned, done = stamps(self.restore, "Preadv", "`- returned", "Restore finished successfully")
+        # the read starts with patch 0005's populate of the pages it reads, where CRIU has it
+        read, returned, done = stamps(self.restore, "Populating|Preadv", "`- returned", "Restore finished successfully")
         if read is not None and returned is not None:
             row.restore_read_s = returned - read
         lines = [x for x in self.restore.splitlines() if x.startswith("(")]

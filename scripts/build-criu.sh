@@ -11,7 +11,7 @@
 #                               it can dump a process holding a listening TCP socket
 #
 # The upstream tarball is patched with scripts/criu-patches/*.patch (fixes to the page streams
-# peakpack drives; each patch says what it fixes and what it measured) and built with the patch
+# and the restore peakpack drives; each patch says what it fixes and what it measured) and built with the patch
 # set's id as its GitID (`criu --version`: "GitID: peakpack-<sha256 of the patches>"), so a binary
 # without these patches, or with another set, is not taken for this one. A node whose CRIU is
 # another build still migrates; docs/migration.md says what the patches change.
