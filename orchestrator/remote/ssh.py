@@ -97,9 +97,12 @@ class SshPool:
                 self._conns.pop(node, None)
                 raise OutcomeUnknown(node, f"connection lost while starting `{_short(command)}`: "
                                            f"{_describe(exc)}") from None
-        try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
-            await asyncio.wait_for(proc.wait_closed(), 10)
+        try:  # awaited in this task (asyncio.timeout), not in tasks of their own (wait_for) that a
+            # loop stopped at the wrong moment leaves unstarted ("coroutine ... was never awaited")
+            async with asyncio.timeout(timeout):
+                stdout, stderr = await proc.communicate(input)
+            async with asyncio.timeout(10):
+                await proc.wait_closed()
         except TimeoutError:
             proc.close()
             raise OutcomeUnknown(node, f"`{_short(command)}` did not finish within {timeout:g} s") from None
